@@ -1,0 +1,7 @@
+#include "frontend/ImportHooks.h"
+
+namespace megac::frontend {
+
+void registerShapeImports() {}
+
+} // namespace megac::frontend

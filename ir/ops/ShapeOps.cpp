@@ -1,0 +1,7 @@
+#include "ir/OpSchema.h"
+
+namespace megac::ir {
+
+void registerShapeSchemas() {}
+
+} // namespace megac::ir

@@ -1,0 +1,27 @@
+// dce: remove ops none of whose results reaches a graph output.
+#include "passes/Pass.h"
+
+namespace megac::passes {
+
+using namespace ir;
+
+llvm::Error eliminateDeadCode(Graph &g, const PassOptions &) {
+  std::vector<bool> live(g.values.size(), false);
+  for (ValueId o : g.outputs) live[size_t(o)] = true;
+  for (size_t i = g.ops.size(); i-- > 0;) {
+    Op &op = g.ops[i];
+    if (op.dead) continue;
+    bool used = false;
+    for (ValueId o : op.outputs) used |= o != kNoValue && live[size_t(o)];
+    if (!used) {
+      op.dead = true;
+      continue;
+    }
+    for (ValueId in : op.inputs)
+      if (in != kNoValue) live[size_t(in)] = true;
+  }
+  g.compact();
+  return llvm::Error::success();
+}
+
+} // namespace megac::passes

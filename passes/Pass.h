@@ -1,0 +1,42 @@
+#pragma once
+// Passes over ir::Graph. Each pass has one job and a name; `megac opt
+// --pass=NAME` runs one alone, so each has its own lit test.
+#include "ir/Graph.h"
+
+#include <string>
+#include <vector>
+
+namespace megac::passes {
+
+struct PassOptions {
+  std::string trainable; // regex: initializers forced to be parameters
+  std::string frozen;    // regex: initializers forced to be constants
+  // Largest tensor (elements) that folding may materialize.
+  int64_t foldLimit = int64_t(1) << 28;
+};
+
+using PassFn = llvm::Error (*)(ir::Graph &, const PassOptions &);
+
+struct PassInfo {
+  const char *name;
+  const char *description;
+  PassFn run;
+};
+
+const std::vector<PassInfo> &allPasses();
+const PassInfo *lookupPass(llvm::StringRef name);
+llvm::Error runPass(ir::Graph &g, llvm::StringRef name, const PassOptions &opts);
+
+// The passes that turn an imported ONNX graph into static, folded compute.
+const std::vector<std::string> &importPipeline();
+llvm::Error runPipeline(ir::Graph &g, const std::vector<std::string> &names, const PassOptions &opts);
+
+// Pass entry points (one file each).
+llvm::Error classifyParams(ir::Graph &g, const PassOptions &opts);
+llvm::Error specialize(ir::Graph &g, const PassOptions &opts);
+llvm::Error lowerSequences(ir::Graph &g, const PassOptions &opts);
+llvm::Error foldNanGuards(ir::Graph &g, const PassOptions &opts);
+llvm::Error eliminateDeadCode(ir::Graph &g, const PassOptions &opts);
+llvm::Error verify(ir::Graph &g, const PassOptions &opts);
+
+} // namespace megac::passes

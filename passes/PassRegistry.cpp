@@ -1,0 +1,41 @@
+#include "passes/Pass.h"
+
+namespace megac::passes {
+
+const std::vector<PassInfo> &allPasses() {
+  static const std::vector<PassInfo> passes = {
+      {"classify-params", "decide which initializers are trainable parameters and which are constants", classifyParams},
+      {"specialize", "infer every static shape and fold what depends only on shapes and constants", specialize},
+      {"lower-sequences", "replace SplitToSequence/SequenceAt pairs by Split outputs", lowerSequences},
+      {"fold-nan-guards", "drop Where(IsNaN(softmax), 0, softmax) guards that cannot fire", foldNanGuards},
+      {"dce", "remove ops whose results are never used", eliminateDeadCode},
+      {"verify", "check the IR's invariants", verify},
+  };
+  return passes;
+}
+
+const PassInfo *lookupPass(llvm::StringRef name) {
+  for (const PassInfo &p : allPasses())
+    if (name == p.name) return &p;
+  return nullptr;
+}
+
+llvm::Error runPass(ir::Graph &g, llvm::StringRef name, const PassOptions &opts) {
+  const PassInfo *p = lookupPass(name);
+  if (!p) return llvm::createStringError(llvm::inconvertibleErrorCode(), "unknown pass '" + name.str() + "'");
+  return p->run(g, opts);
+}
+
+const std::vector<std::string> &importPipeline() {
+  static const std::vector<std::string> p = {"classify-params", "specialize", "lower-sequences",
+                                             "specialize",      "fold-nan-guards", "dce", "verify"};
+  return p;
+}
+
+llvm::Error runPipeline(ir::Graph &g, const std::vector<std::string> &names, const PassOptions &opts) {
+  for (const std::string &n : names)
+    if (auto e = runPass(g, n, opts)) return e;
+  return llvm::Error::success();
+}
+
+} // namespace megac::passes

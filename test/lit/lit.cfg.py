@@ -1,0 +1,15 @@
+import os
+import lit.formats
+
+config.name = "megac"
+config.test_format = lit.formats.ShTest(True)
+config.suffixes = [".mir", ".test"]
+config.test_source_root = os.path.dirname(__file__)
+config.test_exec_root = os.path.join(config.megac_bin_dir, "test", "lit")
+config.excludes = ["Inputs"]
+config.substitutions.append(("%megac", os.path.join(config.megac_bin_dir, "megac")))
+config.substitutions.append(("%FileCheck", config.filecheck))
+config.substitutions.append(("%python", config.python))
+config.substitutions.append(("%data", os.path.join(config.megac_src_dir, "test", "data")))
+config.substitutions.append(("%inputs", os.path.join(os.path.dirname(__file__), "Inputs")))
+config.environment["MEGAC_THREADS"] = "2"

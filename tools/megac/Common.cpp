@@ -1,0 +1,75 @@
+#include "tools/megac/Driver.h"
+
+#include "ir/Parser.h"
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/WithColor.h"
+
+namespace cl = llvm::cl;
+
+namespace megac::driver {
+
+cl::SubCommand ImportCmd("import", "Import an ONNX model, specialize it and print a summary (or the IR)");
+cl::SubCommand ForwardCmd("forward", "Run a model's forward pass on the CPU reference backend");
+cl::SubCommand OptCmd("opt", "Run IR passes on a model or a textual IR file and print the IR");
+
+static cl::opt<int64_t> Batch("batch", cl::desc("Batch size (binds the first input's dim 0)"), cl::init(-1),
+                              cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd));
+static cl::opt<int64_t> Seq("seq", cl::desc("Sequence length (binds the first input's dim 1)"), cl::init(-1),
+                            cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd));
+static cl::list<std::string> Dims("dim", cl::desc("Bind a symbolic dimension: --dim NAME=N"),
+                                  cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd));
+static cl::opt<std::string> Trainable("trainable", cl::desc("Regex of initializer names to train"),
+                                      cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd));
+static cl::opt<std::string> Frozen("frozen", cl::desc("Regex of initializer names to freeze"), cl::sub(ImportCmd),
+                                   cl::sub(ForwardCmd), cl::sub(OptCmd));
+
+int reportError(llvm::Error e) {
+  llvm::handleAllErrors(std::move(e), [](const llvm::ErrorInfoBase &info) {
+    llvm::WithColor::error(llvm::errs(), "megac") << info.message() << "\n";
+  });
+  return 1;
+}
+
+static llvm::Error flagError(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+llvm::Expected<ModelFlags> modelFlags() {
+  ModelFlags f;
+  if (Batch.getNumOccurrences() && Batch <= 0) return flagError("--batch must be positive (got " + llvm::Twine(Batch) + ")");
+  if (Seq.getNumOccurrences() && Seq <= 0) return flagError("--seq must be positive (got " + llvm::Twine(Seq) + ")");
+  f.import.batch = Batch;
+  f.import.seq = Seq;
+  for (const std::string &d : Dims) {
+    auto [name, val] = llvm::StringRef(d).split('=');
+    int64_t n = 0;
+    if (name.empty() || val.getAsInteger(10, n) || n <= 0)
+      return flagError("--dim expects NAME=N with N > 0, got '" + d + "'");
+    f.import.dims[name.str()] = n;
+  }
+  f.passes.trainable = Trainable;
+  f.passes.frozen = Frozen;
+  return f;
+}
+
+llvm::Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string &path, const ModelFlags &flags,
+                                                     frontend::ImportStats *stats, bool runPipeline) {
+  std::unique_ptr<ir::Graph> g;
+  if (llvm::StringRef(path).endswith(".mir")) {
+    auto buf = llvm::MemoryBuffer::getFile(path);
+    if (!buf) return flagError(path + ": " + buf.getError().message());
+    auto parsed = ir::parseGraph((*buf)->getBuffer(), path);
+    if (!parsed) return parsed.takeError();
+    g = std::move(*parsed);
+  } else {
+    auto imported = frontend::importOnnx(path, flags.import, stats);
+    if (!imported) return imported.takeError();
+    g = std::move(*imported);
+  }
+  if (runPipeline)
+    if (auto e = passes::runPipeline(*g, passes::importPipeline(), flags.passes)) return std::move(e);
+  return std::move(g);
+}
+
+} // namespace megac::driver

@@ -1,0 +1,35 @@
+#pragma once
+// Shared pieces of the megac driver's subcommands.
+#include "frontend/OnnxImport.h"
+#include "ir/Graph.h"
+#include "passes/Pass.h"
+
+#include "llvm/Support/CommandLine.h"
+
+#include <memory>
+
+namespace megac::driver {
+
+extern llvm::cl::SubCommand ImportCmd, ForwardCmd, OptCmd;
+
+// Flags that import a model: --batch, --seq, --dim, --trainable, --frozen.
+struct ModelFlags {
+  frontend::ImportOptions import;
+  passes::PassOptions passes;
+};
+llvm::Expected<ModelFlags> modelFlags();
+
+// Imports an ONNX file (or parses a .mir text file) and runs the import
+// pipeline. `stats` is filled for ONNX files.
+llvm::Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string &path, const ModelFlags &flags,
+                                                     frontend::ImportStats *stats = nullptr,
+                                                     bool runPipeline = true);
+
+int runImport();
+int runForward();
+int runOpt();
+
+// Prints "megac: error: <msg>" and returns 1.
+int reportError(llvm::Error e);
+
+} // namespace megac::driver

@@ -1,0 +1,20 @@
+#include "tools/megac/Driver.h"
+
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+using namespace megac::driver;
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM init(argc, argv);
+  llvm::cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "megac 0.1 (plan format 1)\n"; });
+  if (!llvm::cl::ParseCommandLineOptions(argc, argv,
+                                         "megac: trains transformers far larger than GPU memory on one GPU\n"))
+    return 2;
+  if (ImportCmd) return runImport();
+  if (ForwardCmd) return runForward();
+  if (OptCmd) return runOpt();
+  llvm::errs() << "megac: give a subcommand (import, forward, opt); see megac --help\n";
+  return 2;
+}
