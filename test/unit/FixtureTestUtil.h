@@ -1,0 +1,75 @@
+#pragma once
+// Helpers for end-to-end tests against the PyTorch reference fixtures in
+// test/data/<model>/ (see test/data/README.md).
+#include "frontend/OnnxImport.h"
+#include "frontend/TensorProto.h"
+#include "ir/Graph.h"
+#include "passes/Pass.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+
+namespace megac::testing {
+
+inline std::string fixtureDir(const std::string &model) { return std::string(MEGAC_TEST_DATA) + "/" + model; }
+
+inline Tensor loadRef(const std::string &model, const std::string &file) {
+  auto t = frontend::readTensorFile(fixtureDir(model) + "/ref/" + file);
+  if (!t) {
+    ADD_FAILURE() << llvm::toString(t.takeError());
+    return Tensor();
+  }
+  return *t;
+}
+
+// ||a - b|| / ||b|| over all elements (as doubles).
+inline double relativeError(const Tensor &a, const Tensor &b) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    double d = a.getAsDouble(i) - b.getAsDouble(i);
+    num += d * d;
+    den += b.getAsDouble(i) * b.getAsDouble(i);
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+inline std::string readFile(const std::string &path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// An integer field of meta.json ("params": 125248).
+inline int64_t metaInt(const std::string &model, const std::string &key) {
+  std::string s = readFile(fixtureDir(model) + "/meta.json");
+  std::smatch m;
+  if (!std::regex_search(s, m, std::regex("\"" + key + "\"\\s*:\\s*(-?[0-9]+)"))) return -1;
+  return std::stoll(m[1]);
+}
+
+// Imports a fixture at the reference batch shape and runs the import pipeline.
+inline std::unique_ptr<ir::Graph> importFixture(const std::string &model, const Shape &inputShape) {
+  frontend::ImportOptions opts;
+  opts.firstInputShape = inputShape;
+  auto g = frontend::importOnnx(fixtureDir(model) + "/model.onnx", opts);
+  if (!g) {
+    ADD_FAILURE() << llvm::toString(g.takeError());
+    return nullptr;
+  }
+  if (auto e = passes::runPipeline(**g, passes::importPipeline(), {})) {
+    ADD_FAILURE() << llvm::toString(std::move(e));
+    return nullptr;
+  }
+  return std::move(*g);
+}
+
+inline const char *const kFixtures[] = {"llama", "llama_noopt", "llama_sdpa", "llama_op23",
+                                        "gpt2",  "gpt2_noopt",  "llama_small"};
+
+} // namespace megac::testing
