@@ -208,6 +208,7 @@ private:
       // data (keep_initializers_as_inputs + include_initializers=False).
       bool dataLessWeight = isFloatType(dt) && allStatic && !first;
       if (isFloatType(dt) && allStatic && first && gp.input_size() > 1) dataLessWeight = true;
+      if (opts_.inputShapes.count(vi.name())) dataLessWeight = false; // the caller feeds data for it
       Value v;
       v.name = vi.name();
       v.type.dtype = dt;

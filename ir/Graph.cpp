@@ -1,9 +1,6 @@
 #include "ir/Graph.h"
 
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
-
-#include <fstream>
+#include "runtime/core/TensorFile.h"
 
 namespace megac::ir {
 
@@ -92,25 +89,9 @@ llvm::Expected<Tensor> Graph::tensorOf(ValueId id) {
   if (!v.external)
     return graphError(*this, "value '" + v.name + "' has no data (a weight without data: use --init)");
   const ExternalData &ex = *v.external;
-  llvm::SmallString<256> path(baseDir);
-  llvm::sys::path::append(path, ex.location);
-  std::ifstream in(std::string(path), std::ios::binary);
-  if (!in)
-    return graphError(*this, "cannot open external data file '" + std::string(path) + "' for '" + v.name + "'");
-  in.seekg(0, std::ios::end);
-  int64_t fileSize = int64_t(in.tellg());
   Tensor t(v.type.dtype, v.type.shape);
-  int64_t want = int64_t(t.nbytes());
-  if (ex.length >= 0 && ex.length != want)
-    return graphError(*this, "external data for '" + v.name + "' has length " + llvm::Twine(ex.length) +
-                                 " but its shape needs " + llvm::Twine(want) + " bytes");
-  if (ex.offset < 0 || ex.offset + want > fileSize)
-    return graphError(*this, "external data for '" + v.name + "' runs past the end of '" + std::string(path) +
-                                 "' (offset " + llvm::Twine(ex.offset) + ", " + llvm::Twine(want) +
-                                 " bytes, file has " + llvm::Twine(fileSize) + ")");
-  in.seekg(ex.offset);
-  in.read(reinterpret_cast<char *>(t.raw()), want);
-  if (!in) return graphError(*this, "short read of external data for '" + v.name + "'");
+  if (auto e = readExternal(baseDir, {ex.location, ex.offset, ex.length}, v.name, t.raw(), int64_t(t.nbytes())))
+    return graphError(*this, llvm::toString(std::move(e)));
   v.data = t;
   return t;
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 
 namespace megac::ir {
 
@@ -33,9 +34,21 @@ std::string printableName(llvm::StringRef name) {
   return os.str();
 }
 
+// An op type or attribute name: like printableName, but also quoted when it
+// starts with ':' or '/', which cannot start a bare word ("//" starts a comment).
+static std::string printableSymbol(llvm::StringRef name) {
+  if (!name.empty() && (name[0] == ':' || name[0] == '/')) {
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    printQuoted(name, os);
+    return os.str();
+  }
+  return printableName(name);
+}
+
 // Shortest text that parses back to the same float.
 static void printFloat(double v, bool isF32, llvm::raw_ostream &os) {
-  if (std::isnan(v)) { os << "nan"; return; }
+  if (std::isnan(v)) { os << (std::signbit(v) ? "-nan" : "nan"); return; }
   if (std::isinf(v)) { os << (v < 0 ? "-inf" : "inf"); return; }
   char buf[40];
   for (int prec = isF32 ? 6 : 15; prec <= 17; ++prec) {
@@ -45,6 +58,26 @@ static void printFloat(double v, bool isF32, llvm::raw_ostream &os) {
   os << buf;
 }
 
+// Whether decimal text reads back to the same bits: a NaN reads back as the
+// default quiet NaN of its sign, and a bool as 0 or 1.
+static bool decimalIsExact(const Tensor &t) {
+  DType d = t.dtype();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    if (d == DType::F32) {
+      float f = t.data<float>()[i];
+      float q = std::copysign(std::numeric_limits<float>::quiet_NaN(), f);
+      if (std::isnan(f) && std::memcmp(&f, &q, sizeof f) != 0) return false;
+    } else if (d == DType::F64) {
+      double f = t.data<double>()[i];
+      double q = std::copysign(std::numeric_limits<double>::quiet_NaN(), f);
+      if (std::isnan(f) && std::memcmp(&f, &q, sizeof f) != 0) return false;
+    } else if (d == DType::Bool && t.data<uint8_t>()[i] > 1) {
+      return false;
+    }
+  }
+  return true;
+}
+
 void printTensorLiteral(const Tensor &t, llvm::raw_ostream &os, const PrintOptions &opts) {
   int64_t n = t.numel();
   if (opts.elideAbove >= 0 && n > opts.elideAbove) {
@@ -52,7 +85,7 @@ void printTensorLiteral(const Tensor &t, llvm::raw_ostream &os, const PrintOptio
     return;
   }
   DType d = t.dtype();
-  bool decimal = n <= opts.decimalUpTo && d != DType::F16 && d != DType::BF16;
+  bool decimal = n <= opts.decimalUpTo && d != DType::F16 && d != DType::BF16 && decimalIsExact(t);
   os << "dense<";
   if (decimal) {
     // A splat prints once.
@@ -68,7 +101,6 @@ void printTensorLiteral(const Tensor &t, llvm::raw_ostream &os, const PrintOptio
       else os << t.getAsInt(i);
     }
     if (n != 1 && !splat) os << ']';
-    if (n == 0) os << "[]";
   } else {
     os << "0x";
     const uint8_t *p = static_cast<const uint8_t *>(t.raw());
@@ -152,7 +184,7 @@ void printGraph(const Graph &g, llvm::raw_ostream &os, const PrintOptions &opts)
       else os << '%' << printableName(g.value(op.outputs[i]).name);
     }
     if (!op.outputs.empty()) os << " = ";
-    os << printableName(op.type) << '(';
+    os << printableSymbol(op.type) << '(';
     for (size_t i = 0; i < op.inputs.size(); ++i) {
       if (i) os << ", ";
       if (op.inputs[i] == kNoValue) os << '_';
@@ -165,14 +197,14 @@ void printGraph(const Graph &g, llvm::raw_ostream &os, const PrintOptions &opts)
       for (const auto &kv : op.attrs.all()) {
         if (!first) os << ", ";
         first = false;
-        os << printableName(kv.first) << " = ";
+        os << printableSymbol(kv.first) << " = ";
         printAttr(kv.second, os, opts);
       }
       os << '}';
     }
-    os << " : ";
+    os << " :";
     for (size_t i = 0; i < op.outputs.size(); ++i) {
-      if (i) os << ", ";
+      os << (i ? ", " : " ");
       if (op.outputs[i] == kNoValue) os << '_';
       else printType(g.type(op.outputs[i]), os);
     }

@@ -15,7 +15,7 @@
 namespace megac::ir {
 
 struct PrintOptions {
-  // Constants with more elements than this print as `dense<...elided...>`
+  // Constants with more elements than this print as `dense<...>`
   // (readable dumps; such text does not parse back). -1: print all.
   int64_t elideAbove = -1;
   // Tensors with more elements than this print as hex bytes.

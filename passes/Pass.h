@@ -13,6 +13,8 @@ struct PassOptions {
   std::string frozen;    // regex: initializers forced to be constants
   // Largest tensor (elements) that folding may materialize.
   int64_t foldLimit = int64_t(1) << 28;
+  // Target value that the loss ignores (as torch's cross_entropy).
+  int64_t ignoreIndex = -100;
 };
 
 using PassFn = llvm::Error (*)(ir::Graph &, const PassOptions &);
@@ -38,5 +40,8 @@ llvm::Error lowerSequences(ir::Graph &g, const PassOptions &opts);
 llvm::Error foldNanGuards(ir::Graph &g, const PassOptions &opts);
 llvm::Error eliminateDeadCode(ir::Graph &g, const PassOptions &opts);
 llvm::Error verify(ir::Graph &g, const PassOptions &opts);
+llvm::Error appendLoss(ir::Graph &g, const PassOptions &opts);
+llvm::Error differentiateLoss(ir::Graph &g, const PassOptions &opts);
+llvm::Error partitionUnits(ir::Graph &g, const PassOptions &opts);
 
 } // namespace megac::passes

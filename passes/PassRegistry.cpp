@@ -10,6 +10,10 @@ const std::vector<PassInfo> &allPasses() {
       {"fold-nan-guards", "drop Where(IsNaN(softmax), 0, softmax) guards that cannot fire", foldNanGuards},
       {"dce", "remove ops whose results are never used", eliminateDeadCode},
       {"verify", "check the IR's invariants", verify},
+      {"append-loss", "append the mean token cross-entropy against a new `targets` input", appendLoss},
+      {"partition-units", "split the model into stream units (embedding, each layer, head) by structure",
+       partitionUnits},
+      {"autodiff", "append d(loss)/d(parameter) for every parameter as graph outputs", differentiateLoss},
   };
   return passes;
 }

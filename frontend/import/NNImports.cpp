@@ -2,6 +2,10 @@
 
 namespace megac::frontend {
 
-void registerNNImports() {}
+void registerSoftmaxImports(); // SoftmaxImports.cpp
+
+void registerNNImports() {
+  registerSoftmaxImports();
+}
 
 } // namespace megac::frontend

@@ -2,6 +2,15 @@
 
 namespace megac::ir {
 
-void registerNNSchemas() {}
+void registerNormAttentionSchemas(); // NormAttentionOps.cpp
+
+void registerMatMulSchemas();  // MatMulOps.cpp
+void registerSoftmaxSchemas(); // SoftmaxOps.cpp
+
+void registerNNSchemas() {
+  registerMatMulSchemas();
+  registerSoftmaxSchemas();
+  registerNormAttentionSchemas();
+}
 
 } // namespace megac::ir

@@ -1,5 +1,7 @@
 #include "runtime/core/Attrs.h"
 
+#include <algorithm>
+
 namespace megac {
 
 bool Attr::operator==(const Attr &o) const {
@@ -9,7 +11,9 @@ bool Attr::operator==(const Attr &o) const {
   case Kind::Float: return f == o.f || (f != f && o.f != o.f);
   case Kind::String: return s == o.s;
   case Kind::Ints: return ints == o.ints;
-  case Kind::Floats: return floats == o.floats;
+  case Kind::Floats: // NaN equals NaN, as for Kind::Float
+    return std::equal(floats.begin(), floats.end(), o.floats.begin(), o.floats.end(),
+                      [](float x, float y) { return x == y || (x != x && y != y); });
   case Kind::Strings: return strings == o.strings;
   case Kind::Tensor: return t.identical(o.t);
   }

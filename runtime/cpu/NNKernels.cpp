@@ -2,6 +2,20 @@
 
 namespace megac::cpu {
 
-void registerNNKernels() {}
+// NormKernels.cpp, AttentionKernels.cpp, RotaryKernels.cpp
+void registerNormKernels();
+void registerAttentionKernels();
+void registerRotaryKernels();
+
+void registerMatMulKernels();  // MatMulKernels.cpp
+void registerSoftmaxKernels(); // SoftmaxKernels.cpp
+
+void registerNNKernels() {
+  registerMatMulKernels();
+  registerSoftmaxKernels();
+  registerNormKernels();
+  registerAttentionKernels();
+  registerRotaryKernels();
+}
 
 } // namespace megac::cpu

@@ -13,3 +13,5 @@ config.substitutions.append(("%python", config.python))
 config.substitutions.append(("%data", os.path.join(config.megac_src_dir, "test", "data")))
 config.substitutions.append(("%inputs", os.path.join(os.path.dirname(__file__), "Inputs")))
 config.environment["MEGAC_THREADS"] = "2"
+# `not` (expect failure), like FileCheck, comes from the LLVM tools directory.
+config.environment["PATH"] = config.environment["PATH"] + os.pathsep + os.path.dirname(config.filecheck)

@@ -14,15 +14,15 @@ cl::SubCommand ForwardCmd("forward", "Run a model's forward pass on the CPU refe
 cl::SubCommand OptCmd("opt", "Run IR passes on a model or a textual IR file and print the IR");
 
 static cl::opt<int64_t> Batch("batch", cl::desc("Batch size (binds the first input's dim 0)"), cl::init(-1),
-                              cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd));
+                              cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
 static cl::opt<int64_t> Seq("seq", cl::desc("Sequence length (binds the first input's dim 1)"), cl::init(-1),
-                            cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd));
+                            cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
 static cl::list<std::string> Dims("dim", cl::desc("Bind a symbolic dimension: --dim NAME=N"),
-                                  cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd));
+                                  cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
 static cl::opt<std::string> Trainable("trainable", cl::desc("Regex of initializer names to train"),
-                                      cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd));
+                                      cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
 static cl::opt<std::string> Frozen("frozen", cl::desc("Regex of initializer names to freeze"), cl::sub(ImportCmd),
-                                   cl::sub(ForwardCmd), cl::sub(OptCmd));
+                                   cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
 
 int reportError(llvm::Error e) {
   llvm::handleAllErrors(std::move(e), [](const llvm::ErrorInfoBase &info) {
@@ -56,10 +56,10 @@ llvm::Expected<ModelFlags> modelFlags() {
 llvm::Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string &path, const ModelFlags &flags,
                                                      frontend::ImportStats *stats, bool runPipeline) {
   std::unique_ptr<ir::Graph> g;
-  if (llvm::StringRef(path).endswith(".mir")) {
-    auto buf = llvm::MemoryBuffer::getFile(path);
+  if (path == "-" || llvm::StringRef(path).endswith(".mir")) { // "-": IR text on stdin
+    auto buf = path == "-" ? llvm::MemoryBuffer::getSTDIN() : llvm::MemoryBuffer::getFile(path);
     if (!buf) return flagError(path + ": " + buf.getError().message());
-    auto parsed = ir::parseGraph((*buf)->getBuffer(), path);
+    auto parsed = ir::parseGraph((*buf)->getBuffer(), path == "-" ? "<stdin>" : path);
     if (!parsed) return parsed.takeError();
     g = std::move(*parsed);
   } else {

@@ -10,7 +10,7 @@
 
 namespace megac::driver {
 
-extern llvm::cl::SubCommand ImportCmd, ForwardCmd, OptCmd;
+extern llvm::cl::SubCommand ImportCmd, ForwardCmd, OptCmd, GradCmd, CompileCmd, RunCmd, TrainCmd;
 
 // Flags that import a model: --batch, --seq, --dim, --trainable, --frozen.
 struct ModelFlags {
@@ -28,6 +28,13 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string &path, co
 int runImport();
 int runForward();
 int runOpt();
+int runGrad();
+int runCompile();
+int runRun();
+int runTrain();
+
+// A file name for any tensor name: other than [A-Za-z0-9._-] is percent-encoded.
+std::string encodeFileName(llvm::StringRef name);
 
 // Prints "megac: error: <msg>" and returns 1.
 int reportError(llvm::Error e);

@@ -15,6 +15,10 @@ int main(int argc, char **argv) {
   if (ImportCmd) return runImport();
   if (ForwardCmd) return runForward();
   if (OptCmd) return runOpt();
-  llvm::errs() << "megac: give a subcommand (import, forward, opt); see megac --help\n";
+  if (GradCmd) return runGrad();
+  if (CompileCmd) return runCompile();
+  if (RunCmd) return runRun();
+  if (TrainCmd) return runTrain();
+  llvm::errs() << "megac: give a subcommand (import, forward, grad, compile, run, train, plan, export, opt); see megac --help\n";
   return 2;
 }

@@ -1,0 +1,26 @@
+#pragma once
+// AdamW on fp32 host arrays, exactly as torch.optim.AdamW (decoupled weight
+// decay, bias correction). Vectorized by the compiler; split across threads
+// by the caller or by adamwUpdateParallel.
+#include <cstdint>
+
+namespace megac::runtime {
+
+struct AdamWHyper {
+  float lr = 1e-3f;
+  float beta1 = 0.9f;
+  float beta2 = 0.999f;
+  float eps = 1e-8f;
+  float weightDecay = 0.01f;
+};
+
+// One step t >= 1 over n elements. `gradScale` multiplies the gradient first
+// (clipping, averaging of accumulated micro-batches).
+void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, const AdamWHyper &h,
+                 bool decay, float gradScale = 1.0f);
+
+// The same, split over the kernel threads.
+void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
+                         const AdamWHyper &h, bool decay, float gradScale = 1.0f);
+
+} // namespace megac::runtime

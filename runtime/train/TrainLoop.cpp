@@ -1,0 +1,159 @@
+#include "runtime/train/TrainLoop.h"
+
+#include "runtime/train/Schedule.h"
+#include "runtime/train/Weights.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+#include <fstream>
+
+namespace megac::runtime {
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+static std::string formatDuration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  char buf[32];
+  if (s < 60) std::snprintf(buf, sizeof buf, "%.1fs", s);
+  else if (s < 3600) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, (int(s) % 3600) / 60);
+  return buf;
+}
+
+static std::string jsonNumber(double v) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
+static llvm::Expected<TokenData> openData(const std::string &path, bool text, int64_t vocab) {
+  return text ? TokenData::openText(path, vocab) : TokenData::openTokens(path, vocab);
+}
+
+llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoopOptions &opts) {
+  const plan::Plan &plan = trainer.plan();
+  const plan::Optimizer &o = plan.optimizer();
+  const int64_t B = plan.batch(), S = plan.seq();
+  int64_t accum = std::max<int64_t>(o.grad_accum(), 1);
+  if (opts.steps <= 0) return err("--steps must be positive");
+
+  std::optional<TokenData> data, val;
+  if (!opts.fixedTokens) {
+    if (opts.data.empty() && opts.text.empty()) return err("give training data: --data FILE, --text FILE, or --input/--targets");
+    auto d = openData(opts.text.empty() ? opts.data : opts.text, !opts.text.empty(), plan.vocab());
+    if (!d) return d.takeError();
+    if (d->size() < S + 1)
+      return err(d->path() + ": " + llvm::Twine(d->size()) + " tokens is shorter than one window of seq+1 = " +
+                 llvm::Twine(S + 1) + " tokens");
+    data = std::move(*d);
+  }
+  if (!opts.valData.empty()) {
+    auto v = openData(opts.valData, opts.valIsText, plan.vocab());
+    if (!v) return v.takeError();
+    val = std::move(*v);
+  }
+
+  HostState &state = trainer.state();
+  CheckpointInfo info;
+  info.seed = opts.seed;
+  info.totalSteps = opts.steps;
+  info.microBatchesPerStep = accum;
+  info.optimizer = o;
+  if (!opts.resume.empty()) {
+    auto ck = loadCheckpoint(opts.resume, plan, state);
+    if (!ck) return ck.takeError();
+    info.step = ck->step;
+    info.seed = ck->seed;
+    info.dataIndex = ck->dataIndex;
+    if (!opts.quiet)
+      llvm::outs() << "resumed from " << opts.resume << " at step " << ck->step << " of " << opts.steps << "\n";
+    if (ck->step >= opts.steps) {
+      llvm::outs() << "nothing to do: the checkpoint is at step " << ck->step << ", --steps is " << opts.steps << "\n";
+      return std::vector<double>{};
+    }
+  } else {
+    if (auto e = loadInitialWeights(plan, state, {opts.weights, opts.init, opts.seed})) return std::move(e);
+  }
+
+  std::unique_ptr<std::ofstream> log;
+  if (!opts.logPath.empty()) {
+    log = std::make_unique<std::ofstream>(opts.logPath, opts.resume.empty() ? std::ios::trunc : std::ios::app);
+    if (!*log) return err(opts.logPath + ": cannot open for writing");
+  }
+  if (!opts.quiet) {
+    llvm::outs() << "training " << plan.total_parameters() << " parameters, batch " << B << " x seq " << S;
+    if (accum > 1) llvm::outs() << " x " << accum << " micro-batches";
+    llvm::outs() << ", " << opts.steps << " steps";
+    if (data) llvm::outs() << "; data " << data->describe();
+    llvm::outs() << "\n";
+  }
+
+  std::vector<double> losses;
+  auto t0 = std::chrono::steady_clock::now();
+  int64_t firstStep = info.step;
+  for (int64_t step = info.step + 1; step <= opts.steps; ++step) {
+    std::vector<std::pair<Tensor, Tensor>> mbs;
+    for (int64_t k = 0; k < accum; ++k) {
+      if (opts.fixedTokens) {
+        mbs.push_back({*opts.fixedTokens, *opts.fixedTargets});
+        continue;
+      }
+      Tensor tok, tgt;
+      if (auto e = data->batch(info.seed, info.dataIndex++, B, S, tok, tgt)) return std::move(e);
+      mbs.push_back({tok, tgt});
+    }
+    float lr = learningRate(o, step, opts.steps);
+    auto stats = trainer.step(mbs, lr);
+    if (!stats) return err("step " + llvm::Twine(step) + ": " + llvm::toString(stats.takeError()));
+    if (!std::isfinite(stats->loss))
+      return err("step " + llvm::Twine(step) + ": the loss is " + std::to_string(stats->loss) +
+                 "; stopping (lower --lr, or add --clip)");
+    losses.push_back(stats->loss);
+    info.step = step;
+    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    double perStep = elapsed / double(step - firstStep);
+    double tokensPerS = double(B * S * accum) / std::max(perStep, 1e-9);
+    double eta = perStep * double(opts.steps - step);
+    if (!opts.quiet) {
+      llvm::outs() << llvm::format("step %6lld/%lld  loss %.4f  lr %.3e  %8.0f tok/s  elapsed %s  eta %s",
+                                   (long long)step, (long long)opts.steps, stats->loss, lr, tokensPerS,
+                                   formatDuration(elapsed).c_str(), formatDuration(eta).c_str());
+      if (stats->gradNorm >= 0) llvm::outs() << llvm::format("  grad_norm %.3f", stats->gradNorm);
+      llvm::outs() << "\n";
+      llvm::outs().flush();
+    }
+    if (log) {
+      *log << "{\"step\": " << step << ", \"loss\": " << jsonNumber(stats->loss) << ", \"lr\": " << jsonNumber(lr)
+           << ", \"tokens_per_s\": " << jsonNumber(tokensPerS) << ", \"elapsed_s\": " << jsonNumber(elapsed);
+      if (stats->gradNorm >= 0) *log << ", \"grad_norm\": " << jsonNumber(stats->gradNorm);
+      *log << "}\n";
+      log->flush();
+    }
+    if (val && opts.evalEvery > 0 && (step % opts.evalEvery == 0 || step == opts.steps)) {
+      double sum = 0;
+      for (int64_t k = 0; k < opts.evalBatches; ++k) {
+        Tensor tok, tgt;
+        if (auto e = val->batch(info.seed ^ 0x5EED, k, B, S, tok, tgt)) return std::move(e);
+        auto l = trainer.evalLoss(tok, tgt);
+        if (!l) return l.takeError();
+        sum += *l;
+      }
+      double vl = sum / double(opts.evalBatches);
+      if (!opts.quiet) llvm::outs() << llvm::format("step %6lld  val_loss %.4f\n", (long long)step, vl);
+      if (log) *log << "{\"step\": " << step << ", \"val_loss\": " << jsonNumber(vl) << "}\n";
+    }
+    bool last = step == opts.steps;
+    if (!opts.checkpointDir.empty() && ((opts.checkpointEvery > 0 && step % opts.checkpointEvery == 0) || last)) {
+      if (auto e = saveCheckpoint(opts.checkpointDir, plan, state, info)) return std::move(e);
+      if (!opts.quiet) llvm::outs() << "checkpoint: " << opts.checkpointDir << " at step " << step << "\n";
+    }
+  }
+  return losses;
+}
+
+} // namespace megac::runtime

@@ -1,0 +1,218 @@
+#include "runtime/train/Trainer.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace megac::runtime {
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+llvm::Expected<std::unique_ptr<Trainer>> Trainer::create(const plan::Plan &plan) {
+  std::unique_ptr<Trainer> t(new Trainer(plan));
+  for (const plan::Template &tp : plan.templates()) {
+    auto f = PreparedProgram::prepare(tp.forward(), "template '" + tp.name() + "' forward");
+    if (!f) return f.takeError();
+    auto b = PreparedProgram::prepare(tp.backward(), "template '" + tp.name() + "' backward");
+    if (!b) return b.takeError();
+    t->forward_.push_back(std::move(*f));
+    t->backward_.push_back(std::move(*b));
+  }
+  for (const plan::Parameter &p : plan.parameters())
+    t->hostElements_ = std::max(t->hostElements_, p.host_offset() + (p.numel() + 15) / 16 * 16);
+  t->state_.params.assign(size_t(t->hostElements_), 0.0f);
+  t->state_.m.assign(size_t(t->hostElements_), 0.0f);
+  t->state_.v.assign(size_t(t->hostElements_), 0.0f);
+  const plan::Optimizer &o = plan.optimizer();
+  t->hyper_ = {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
+  return std::move(t);
+}
+
+Tensor Trainer::paramTensor(int32_t id) const {
+  const plan::Parameter &p = plan_.parameters(id);
+  Tensor t(DType::F32, Shape(p.type().shape().begin(), p.type().shape().end()));
+  std::memcpy(t.raw(), state_.params.data() + p.host_offset(), size_t(p.numel()) * 4);
+  return t;
+}
+
+void Trainer::updateParam(int32_t id, const float *grad, float lr, float gradScale) {
+  const plan::Parameter &p = plan_.parameters(id);
+  AdamWHyper h = hyper_;
+  h.lr = lr;
+  size_t off = size_t(p.host_offset());
+  adamwUpdateParallel(state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, p.numel(),
+                      state_.step, h, p.decay(), gradScale);
+}
+
+static llvm::Error checkData(const plan::Activation &a, const Tensor &t) {
+  Shape want(a.type().shape().begin(), a.type().shape().end());
+  if (t.shape() != want)
+    return err("data '" + a.name() + "' has shape " + shapeToString(t.shape()) + ", the plan wants " +
+               shapeToString(want));
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, const Tensor &targets,
+                                                        std::vector<std::vector<Tensor>> *checkpoints) {
+  std::vector<Tensor> acts(size_t(plan_.activations_size()));
+  for (int i = 0; i < plan_.activations_size(); ++i) {
+    const plan::Activation &a = plan_.activations(i);
+    if (a.kind() == plan::Activation::DATA_TOKENS || a.kind() == plan::Activation::DATA_TARGETS) {
+      const Tensor &src = a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets;
+      if (auto e = checkData(a, src)) return std::move(e);
+      DType want = DType(int(a.type().dtype()));
+      if (src.dtype() == want) acts[size_t(i)] = src;
+      else {
+        Tensor c(want, src.shape());
+        for (int64_t k = 0; k < src.numel(); ++k) c.setFromDouble(k, double(src.getAsInt(k)));
+        acts[size_t(i)] = c;
+      }
+    }
+  }
+  if (checkpoints) checkpoints->assign(size_t(plan_.units_size()), {});
+  for (int u = 0; u < plan_.units_size(); ++u) {
+    const plan::Unit &unit = plan_.units(u);
+    std::vector<Tensor> args;
+    for (int32_t a : unit.activation_inputs()) args.push_back(acts[size_t(a)]);
+    if (checkpoints) (*checkpoints)[size_t(u)] = args;
+    for (int32_t p : unit.parameters()) args.push_back(paramTensor(p));
+    auto outs = forward_[size_t(unit.template_id())].run(args);
+    if (!outs) return err("unit '" + unit.name() + "': " + llvm::toString(outs.takeError()));
+    for (int k = 0; k < unit.activation_outputs_size(); ++k) acts[size_t(unit.activation_outputs(k))] = (*outs)[size_t(k)];
+  }
+  return acts;
+}
+
+llvm::Expected<double> Trainer::evalLoss(const Tensor &tokens, const Tensor &targets) {
+  auto acts = runForward(tokens, targets, nullptr);
+  if (!acts) return acts.takeError();
+  for (int i = 0; i < plan_.activations_size(); ++i)
+    if (plan_.activations(i).kind() == plan::Activation::LOSS) return (*acts)[size_t(i)].getAsDouble(0);
+  return err("the plan has no loss");
+}
+
+llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                                std::vector<float> *grads, float lr) {
+  std::vector<std::vector<Tensor>> checkpoints;
+  auto acts = runForward(tokens, targets, &checkpoints);
+  if (!acts) return acts.takeError();
+  double loss = NAN;
+  std::vector<Tensor> gacts(acts->size());
+  for (int i = 0; i < plan_.activations_size(); ++i)
+    if (plan_.activations(i).kind() == plan::Activation::LOSS) {
+      loss = (*acts)[size_t(i)].getAsDouble(0);
+      Tensor seed(DType(int(plan_.activations(i).type().dtype())), {});
+      seed.setFromDouble(0, lossScale);
+      gacts[size_t(i)] = seed;
+    }
+  if (std::isnan(loss) && plan_.activations_size() == 0) return err("the plan has no loss");
+  // Parameters used by several units (tied weights) collect their gradient
+  // here until the last contribution arrives.
+  std::vector<int> pending(size_t(plan_.parameters_size()));
+  std::vector<std::vector<float>> partial(size_t(plan_.parameters_size()));
+  for (int p = 0; p < plan_.parameters_size(); ++p) pending[size_t(p)] = plan_.parameters(p).units_size();
+
+  for (int u = plan_.units_size() - 1; u >= 0; --u) {
+    const plan::Unit &unit = plan_.units(u);
+    const plan::Template &tp = plan_.templates(unit.template_id());
+    std::vector<Tensor> args = checkpoints[size_t(u)];
+    for (int32_t p : unit.parameters()) args.push_back(paramTensor(p));
+    for (int32_t a : unit.activation_outputs()) {
+      Tensor &g = gacts[size_t(a)];
+      if (!g.raw()) {
+        const plan::Activation &act = plan_.activations(a);
+        g = Tensor(DType(int(act.type().dtype())), Shape(act.type().shape().begin(), act.type().shape().end()));
+      }
+      args.push_back(g);
+    }
+    auto res = backward_[size_t(unit.template_id())].run(args);
+    if (!res) return err("unit '" + unit.name() + "' backward: " + llvm::toString(res.takeError()));
+    checkpoints[size_t(u)].clear();
+    size_t r = 0;
+    for (int k = 0; k < unit.activation_inputs_size(); ++k) {
+      if (!tp.input_has_gradient(k)) continue;
+      Tensor &gin = (*res)[r++];
+      Tensor &acc = gacts[size_t(unit.activation_inputs(k))];
+      if (!acc.raw()) acc = gin;
+      else {
+        float *d = acc.data<float>();
+        const float *s = gin.data<float>();
+        for (int64_t i = 0; i < acc.numel(); ++i) d[i] += s[i];
+      }
+    }
+    for (int k = 0; k < unit.parameters_size(); ++k) {
+      int32_t pid = unit.parameters(k);
+      const plan::Parameter &p = plan_.parameters(pid);
+      const Tensor &g = (*res)[r++];
+      const float *gd = g.data<float>();
+      if (grads) {
+        float *dst = grads->data() + p.host_offset();
+        for (int64_t i = 0; i < p.numel(); ++i) dst[i] += gd[i];
+        continue;
+      }
+      if (p.units_size() > 1) {
+        auto &acc = partial[size_t(pid)];
+        if (acc.empty()) acc.assign(gd, gd + p.numel());
+        else
+          for (int64_t i = 0; i < p.numel(); ++i) acc[size_t(i)] += gd[i];
+        if (--pending[size_t(pid)] > 0) continue;
+        updateParam(pid, acc.data(), lr, 1.0f);
+        acc.clear();
+        acc.shrink_to_fit();
+      } else {
+        updateParam(pid, gd, lr, 1.0f);
+      }
+    }
+    for (int32_t a : unit.activation_outputs()) gacts[size_t(a)] = Tensor();
+  }
+  return loss;
+}
+
+llvm::Expected<StepStats> Trainer::step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) {
+  StepStats stats;
+  const plan::Optimizer &o = plan_.optimizer();
+  bool keepGrads = o.clip() > 0 || microBatches.size() > 1;
+  ++state_.step;
+  if (!keepGrads) {
+    auto loss = forwardBackward(microBatches[0].first, microBatches[0].second, 1.0f, nullptr, lr);
+    if (!loss) {
+      --state_.step;
+      return loss.takeError();
+    }
+    stats.loss = *loss;
+    return stats;
+  }
+  // Keep the step's gradients (4 bytes per parameter) for the global norm
+  // or the remaining micro-batches.
+  std::vector<float> grads(size_t(hostElements_), 0.0f);
+  float scale = 1.0f / float(microBatches.size());
+  double lossSum = 0;
+  for (const auto &mb : microBatches) {
+    auto loss = forwardBackward(mb.first, mb.second, scale, &grads, lr);
+    if (!loss) {
+      --state_.step;
+      return loss.takeError();
+    }
+    lossSum += *loss;
+  }
+  stats.loss = lossSum / double(microBatches.size());
+  float gradScale = 1.0f;
+  if (o.clip() > 0) {
+    double sq = 0;
+    for (const plan::Parameter &p : plan_.parameters())
+      for (int64_t i = 0; i < p.numel(); ++i) {
+        double g = grads[size_t(p.host_offset() + i)];
+        sq += g * g;
+      }
+    stats.gradNorm = std::sqrt(sq);
+    // torch.nn.utils.clip_grad_norm_: scale by max_norm / (norm + 1e-6) when above.
+    double coef = double(o.clip()) / (stats.gradNorm + 1e-6);
+    if (coef < 1.0) gradScale = float(coef);
+  }
+  for (int p = 0; p < plan_.parameters_size(); ++p)
+    updateParam(p, grads.data() + plan_.parameters(p).host_offset(), lr, gradScale);
+  return stats;
+}
+
+} // namespace megac::runtime

@@ -1,0 +1,57 @@
+#pragma once
+// Executes a plan's training step on the CPU backend: the units' forward
+// programs in order, keeping each unit's input activations (checkpoints),
+// then their backward programs in reverse (each recomputes its forward),
+// with AdamW applied to each parameter as soon as its gradient is complete
+// (or after the global norm / last micro-batch with --clip / --grad-accum).
+// fp32 master weights and both moments live in host arrays laid out by the
+// plan's Parameter::host_offset.
+#include "runtime/ProgramRunner.h"
+#include "runtime/train/AdamW.h"
+
+#include <memory>
+
+namespace megac::runtime {
+
+struct HostState {
+  std::vector<float> params, m, v;
+  int64_t step = 0; // optimizer steps taken
+};
+
+struct StepStats {
+  double loss = 0;      // mean over the step's micro-batches, before the update
+  double gradNorm = -1; // global norm where computed (clipping), else -1
+};
+
+class Trainer {
+public:
+  static llvm::Expected<std::unique_ptr<Trainer>> create(const plan::Plan &plan);
+
+  const plan::Plan &plan() const { return plan_; }
+  HostState &state() { return state_; }
+  int64_t hostParamElements() const { return hostElements_; }
+
+  // One optimizer step over `microBatches` (tokens, targets) pairs at `lr`.
+  llvm::Expected<StepStats> step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr);
+  // The loss alone (no gradients, no update).
+  llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets);
+  // Forward and backward of one micro-batch; gradients are added to `grads`
+  // (host layout) when given, else each parameter is updated at once.
+  llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                         std::vector<float> *grads, float lr);
+
+private:
+  explicit Trainer(const plan::Plan &p) : plan_(p) {}
+  Tensor paramTensor(int32_t id) const;
+  llvm::Expected<std::vector<Tensor>> runForward(const Tensor &tokens, const Tensor &targets,
+                                                 std::vector<std::vector<Tensor>> *checkpoints);
+  void updateParam(int32_t id, const float *grad, float lr, float gradScale);
+
+  plan::Plan plan_;
+  std::vector<PreparedProgram> forward_, backward_;
+  HostState state_;
+  int64_t hostElements_ = 0;
+  AdamWHyper hyper_;
+};
+
+} // namespace megac::runtime

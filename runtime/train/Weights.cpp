@@ -1,0 +1,111 @@
+#include "runtime/train/Weights.h"
+
+#include "runtime/core/TensorFile.h"
+
+#include "onnx.pb.h"
+
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Path.h"
+
+#include <climits>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <random>
+
+namespace megac::runtime {
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+uint64_t hashParameters(const plan::Plan &plan, const HostState &state) {
+  uint64_t h = 1469598103934665603ull;
+  for (const plan::Parameter &p : plan.parameters()) {
+    const auto *b = reinterpret_cast<const uint8_t *>(state.params.data() + p.host_offset());
+    for (int64_t i = 0; i < p.numel() * 4; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  }
+  return h;
+}
+
+static void initialize(const plan::Parameter &p, int32_t index, float *dst, uint64_t seed) {
+  switch (p.init()) {
+  case plan::Parameter::ONES: std::fill(dst, dst + p.numel(), 1.0f); return;
+  case plan::Parameter::ZEROS: std::fill(dst, dst + p.numel(), 0.0f); return;
+  default: {
+    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(index) + 1);
+    std::normal_distribution<float> normal(0.0f, p.init_std() > 0 ? p.init_std() : 0.02f);
+    for (int64_t i = 0; i < p.numel(); ++i) dst[i] = normal(rng);
+  }
+  }
+}
+
+llvm::Error loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts) {
+  std::string path = opts.onnxPath.empty() ? plan.model_path() : opts.onnxPath;
+  onnx::ModelProto model;
+  bool haveModel = false;
+  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
+  if (buf) {
+    google::protobuf::io::ArrayInputStream ais((*buf)->getBufferStart(), int((*buf)->getBufferSize()));
+    google::protobuf::io::CodedInputStream cis(&ais);
+    cis.SetTotalBytesLimit(INT_MAX);
+    if (!model.ParseFromCodedStream(&cis)) return err(path + ": not a valid ONNX model");
+    haveModel = true;
+  } else if (!opts.init) {
+    return err(path + ": cannot read the model's weights (" + buf.getError().message() +
+               "); pass --weights FILE, or --init to initialize them");
+  }
+  std::map<std::string, const onnx::TensorProto *> inits;
+  if (haveModel)
+    for (const auto &t : model.graph().initializer()) inits[t.name()] = &t;
+  std::string baseDir = std::string(llvm::sys::path::parent_path(path));
+  if (baseDir.empty()) baseDir = ".";
+  bool allFromModel = true;
+  for (int i = 0; i < plan.parameters_size(); ++i) {
+    const plan::Parameter &p = plan.parameters(i);
+    float *dst = state.params.data() + p.host_offset();
+    auto it = inits.find(p.name());
+    const onnx::TensorProto *tp = it == inits.end() ? nullptr : it->second;
+    bool external = tp && hasExternalData(*tp);
+    std::optional<ExternalLocation> loc;
+    if (external) {
+      auto l = externalLocation(*tp, p.name());
+      if (!l) return l.takeError();
+      llvm::SmallString<256> f(baseDir);
+      llvm::sys::path::append(f, l->location);
+      if (llvm::sys::fs::exists(f)) loc = *l;
+    }
+    if (!tp || (external && !loc)) {
+      if (!opts.init)
+        return err(path + ": parameter '" + p.name() + "' has no data; pass --init to initialize it");
+      initialize(p, i, dst, opts.seed);
+      allFromModel = false;
+      continue;
+    }
+    if (tp->data_type() != onnx::TensorProto::FLOAT)
+      return err(path + ": parameter '" + p.name() + "' is not float32");
+    int64_t n = 1;
+    for (int64_t d : tp->dims()) n *= d;
+    if (n != p.numel())
+      return err(path + ": parameter '" + p.name() + "' has " + llvm::Twine(n) + " elements, the plan expects " +
+                 llvm::Twine(p.numel()) + ": the plan was compiled from another model");
+    if (loc) {
+      if (auto e = readExternal(baseDir, *loc, p.name(), dst, p.numel() * 4)) return e;
+    } else {
+      auto t = tensorFromProto(*tp, p.name());
+      if (!t) return err(path + ": " + llvm::toString(t.takeError()));
+      std::memcpy(dst, t->raw(), size_t(p.numel()) * 4);
+    }
+  }
+  if (opts.onnxPath.empty() && allFromModel && plan.weights_hash() != 0 &&
+      hashParameters(plan, state) != plan.weights_hash())
+    return err(path + ": the weights differ from those the plan was compiled with; recompile, or pass --weights " +
+               path + " to use them anyway");
+  return llvm::Error::success();
+}
+
+} // namespace megac::runtime

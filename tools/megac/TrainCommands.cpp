@@ -1,0 +1,237 @@
+// megac compile MODEL.onnx --batch B --seq S [optimizer flags] -o model.plan
+// megac run model.plan --data FILE --steps N [optimizer, data, checkpoint flags]
+// megac train MODEL.onnx --batch B --seq S ... (compile and run in one)
+#include "codegen/BuildPlan.h"
+#include "frontend/TensorProto.h"
+#include "runtime/train/TrainLoop.h"
+#include "tools/megac/Driver.h"
+
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/Regex.h"
+#include "llvm/Support/raw_ostream.h"
+
+namespace cl = llvm::cl;
+
+namespace megac::driver {
+
+cl::SubCommand CompileCmd("compile", "Import, differentiate and plan a model for training; writes a plan file");
+cl::SubCommand RunCmd("run", "Train on a compiled plan");
+cl::SubCommand TrainCmd("train", "Compile and run in one command");
+
+// --- compile ---
+static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(CompileCmd),
+                                  cl::sub(TrainCmd));
+static cl::opt<std::string> PlanOut("o", cl::desc("Plan file to write"), cl::value_desc("model.plan"),
+                                    cl::sub(CompileCmd));
+static cl::opt<int64_t> IgnoreIndex("ignore-index", cl::desc("Target value the loss ignores (default -100)"),
+                                    cl::init(-100), cl::sub(CompileCmd), cl::sub(TrainCmd));
+
+// --- run ---
+static cl::opt<std::string> PlanIn(cl::Positional, cl::desc("<model.plan>"), cl::Required, cl::sub(RunCmd));
+
+// --- optimizer flags: defaults in the plan, overridable by run ---
+#define OPT_SUBS cl::sub(CompileCmd), cl::sub(RunCmd), cl::sub(TrainCmd)
+static cl::opt<float> Lr("lr", cl::desc("Peak learning rate (default 1e-3)"), cl::init(1e-3f), OPT_SUBS);
+static cl::opt<int64_t> Warmup("warmup", cl::desc("Linear warmup steps (default 0)"), cl::init(0), OPT_SUBS);
+static cl::opt<std::string> Schedule("schedule", cl::desc("constant | cosine (default constant)"),
+                                     cl::init("constant"), OPT_SUBS);
+static cl::opt<float> MinLr("min-lr", cl::desc("Final learning rate of the cosine schedule (default 0)"),
+                            cl::init(0.0f), OPT_SUBS);
+static cl::opt<float> WeightDecay("weight-decay", cl::desc("AdamW decoupled weight decay (default 0.01)"),
+                                  cl::init(0.01f), OPT_SUBS);
+static cl::opt<std::string> NoDecay("no-decay", cl::desc("Regex of parameter names without weight decay"), OPT_SUBS);
+static cl::opt<std::string> Betas("betas", cl::desc("AdamW betas B1,B2 (default 0.9,0.999)"), cl::init("0.9,0.999"),
+                                  OPT_SUBS);
+static cl::opt<float> Eps("eps", cl::desc("AdamW epsilon (default 1e-8)"), cl::init(1e-8f), OPT_SUBS);
+static cl::opt<float> Clip("clip", cl::desc("Clip the global gradient norm to this; 0 = off (default)"),
+                           cl::init(0.0f), OPT_SUBS);
+static cl::opt<int64_t> GradAccum("grad-accum", cl::desc("Micro-batches per optimizer step (default 1)"),
+                                  cl::init(1), OPT_SUBS);
+static cl::opt<int64_t> Seed("seed", cl::desc("Seed for data sampling and --init (default 0)"), cl::init(0),
+                             OPT_SUBS);
+#undef OPT_SUBS
+
+// --- run flags ---
+#define RUN_SUBS cl::sub(RunCmd), cl::sub(TrainCmd)
+static cl::opt<int64_t> Steps("steps", cl::desc("Total optimizer steps"), cl::init(0), RUN_SUBS);
+static cl::opt<std::string> Data("data", cl::desc("Token file (uint16/uint32, or llm.c .bin)"), RUN_SUBS);
+static cl::opt<std::string> Text("text", cl::desc("Text file read as bytes (byte-level models)"), RUN_SUBS);
+static cl::opt<std::string> ValData("val-data", cl::desc("Held-out token file"), RUN_SUBS);
+static cl::opt<int64_t> EvalEvery("eval-every", cl::desc("Evaluate the held-out loss every K steps"), cl::init(0),
+                                  RUN_SUBS);
+static cl::opt<std::string> InputIds("input", cl::desc("Fixed batch: input_ids (TensorProto)"), RUN_SUBS);
+static cl::opt<std::string> TargetsFile("targets", cl::desc("Fixed batch: targets (TensorProto)"), RUN_SUBS);
+static cl::opt<std::string> Device("device", cl::desc("cpu | cuda (default: cuda where a GPU is present)"),
+                                   cl::init(""), RUN_SUBS);
+static cl::opt<std::string> CheckpointDir("checkpoint-dir", cl::desc("Directory for checkpoints"), RUN_SUBS);
+static cl::opt<int64_t> CheckpointEvery("checkpoint-every", cl::desc("Checkpoint every K steps (and at the end)"),
+                                        cl::init(0), RUN_SUBS);
+static cl::opt<std::string> Resume("resume", cl::desc("Resume from this checkpoint directory"), RUN_SUBS);
+static cl::opt<std::string> Weights("weights", cl::desc("Initial weights: an ONNX file or a checkpoint directory"),
+                                    RUN_SUBS);
+static cl::opt<bool> Init("init", cl::desc("Initialize weights that have no data (N(0,0.02), ones, zeros)"),
+                          RUN_SUBS);
+static cl::opt<std::string> Log("log", cl::desc("Write one JSON object per step to this file"), RUN_SUBS);
+#undef RUN_SUBS
+
+static llvm::Error flagError(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+// Applies the optimizer flags to `o`: all of them when `all`, else only
+// those given on the command line (run overriding the plan's defaults).
+static llvm::Error applyOptimizerFlags(plan::Optimizer &o, bool all) {
+  auto given = [&](const cl::Option &opt) { return all || opt.getNumOccurrences() > 0; };
+  if (given(Lr)) {
+    if (!(Lr > 0)) return flagError("--lr must be positive");
+    o.set_lr(Lr);
+  }
+  if (given(Warmup)) {
+    if (Warmup < 0) return flagError("--warmup must be >= 0");
+    o.set_warmup(Warmup);
+  }
+  if (given(Schedule)) {
+    if (Schedule != "constant" && Schedule != "cosine")
+      return flagError("--schedule must be constant or cosine, not '" + Schedule + "'");
+    o.set_schedule(Schedule);
+  }
+  if (given(MinLr)) o.set_min_lr(MinLr);
+  if (given(WeightDecay)) {
+    if (WeightDecay < 0) return flagError("--weight-decay must be >= 0");
+    o.set_weight_decay(WeightDecay);
+  }
+  if (given(NoDecay)) o.set_no_decay(NoDecay);
+  if (given(Betas)) {
+    auto [a, b] = llvm::StringRef(Betas).split(',');
+    double b1, b2;
+    if (a.getAsDouble(b1) || b.getAsDouble(b2) || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
+      return flagError("--betas expects B1,B2 in [0, 1), got '" + Betas + "'");
+    o.set_beta1(float(b1));
+    o.set_beta2(float(b2));
+  }
+  if (given(Eps)) {
+    if (!(Eps > 0)) return flagError("--eps must be positive");
+    o.set_eps(Eps);
+  }
+  if (given(Clip)) {
+    if (Clip < 0) return flagError("--clip must be >= 0");
+    o.set_clip(Clip);
+  }
+  if (given(GradAccum)) {
+    if (GradAccum < 1) return flagError("--grad-accum must be >= 1");
+    o.set_grad_accum(GradAccum);
+  }
+  if (given(Seed)) o.set_seed(Seed);
+  return llvm::Error::success();
+}
+
+static llvm::Expected<plan::Plan> compileModel() {
+  auto flags = modelFlags();
+  if (!flags) return flags.takeError();
+  if (flags->import.batch <= 0 || flags->import.seq <= 0)
+    return flagError("compile needs --batch B and --seq S");
+  flags->passes.ignoreIndex = IgnoreIndex;
+  auto g = loadModel(Model, *flags);
+  if (!g) return g.takeError();
+  if (auto e = passes::runPipeline(**g, {"append-loss", "partition-units", "verify"}, flags->passes))
+    return std::move(e);
+  codegen::CodegenOptions co;
+  co.modelPath = Model;
+  co.ignoreIndex = IgnoreIndex;
+  if (auto e = applyOptimizerFlags(co.optimizer, /*all=*/true)) return std::move(e);
+  auto plan = codegen::buildPlan(**g, co);
+  if (!plan) return plan.takeError();
+  // No-decay names become per-parameter flags.
+  if (!co.optimizer.no_decay().empty()) {
+    llvm::Regex re("^(" + co.optimizer.no_decay() + ")$");
+    std::string why;
+    if (!re.isValid(why)) return flagError("--no-decay: bad regex: " + why);
+    for (auto &p : *plan->mutable_parameters()) p.set_decay(!re.match(p.name()));
+  }
+  return plan;
+}
+
+static void printPlanSummary(const plan::Plan &p, llvm::raw_ostream &os) {
+  os << "plan: " << p.units_size() << " units (";
+  for (int i = 0; i < p.units_size(); ++i) os << (i ? ", " : "") << p.units(i).name();
+  os << "), " << p.templates_size() << " templates, " << p.total_parameters() << " parameters, batch " << p.batch()
+     << " x seq " << p.seq() << ", vocab " << p.vocab() << "\n";
+}
+
+int runCompile() {
+  if (PlanOut.empty()) return reportError(flagError("compile needs -o model.plan"));
+  auto plan = compileModel();
+  if (!plan) return reportError(plan.takeError());
+  if (auto e = plan::writePlan(*plan, PlanOut)) return reportError(std::move(e));
+  printPlanSummary(*plan, llvm::outs());
+  llvm::outs() << "wrote " << PlanOut << "\n";
+  return 0;
+}
+
+static int trainOnPlan(plan::Plan plan) {
+  if (Device == "cuda")
+    return reportError(flagError("--device cuda: this megac was built without the CUDA runtime"));
+  if (!Device.empty() && Device != "cpu") return reportError(flagError("--device must be cpu or cuda"));
+  if (auto e = applyOptimizerFlags(*plan.mutable_optimizer(), /*all=*/false)) return reportError(std::move(e));
+  if (NoDecay.getNumOccurrences()) {
+    llvm::Regex re("^(" + NoDecay + ")$");
+    for (auto &p : *plan.mutable_parameters()) p.set_decay(NoDecay.empty() || !re.match(p.name()));
+  }
+  runtime::TrainLoopOptions lo;
+  lo.steps = Steps;
+  if (Steps <= 0) return reportError(flagError("--steps N is required (N > 0)"));
+  int sources = !Data.empty() + !Text.empty() + !InputIds.empty();
+  if (sources != 1)
+    return reportError(flagError("give exactly one data source: --data FILE, --text FILE, or --input/--targets"));
+  lo.data = Data;
+  lo.text = Text;
+  lo.valData = ValData;
+  lo.evalEvery = EvalEvery;
+  if (!InputIds.empty()) {
+    if (TargetsFile.empty()) return reportError(flagError("--input needs --targets"));
+    auto ids = frontend::readTensorFile(InputIds);
+    if (!ids) return reportError(ids.takeError());
+    auto tg = frontend::readTensorFile(TargetsFile);
+    if (!tg) return reportError(tg.takeError());
+    lo.fixedTokens = *ids;
+    lo.fixedTargets = *tg;
+  }
+  lo.checkpointDir = CheckpointDir;
+  lo.checkpointEvery = CheckpointEvery;
+  lo.resume = Resume;
+  lo.init = Init;
+  lo.seed = uint64_t(plan.optimizer().seed());
+  lo.logPath = Log;
+  if (!Weights.empty()) {
+    if (llvm::sys::fs::is_directory(Weights)) {
+      if (!Resume.empty()) return reportError(flagError("--weights and --resume cannot be combined"));
+      lo.resume = Weights; // weights from a checkpoint: moments and step come along
+    } else {
+      lo.weights = Weights;
+    }
+  }
+  auto trainer = runtime::Trainer::create(plan);
+  if (!trainer) return reportError(trainer.takeError());
+  auto losses = runtime::runTraining(**trainer, lo);
+  if (!losses) return reportError(losses.takeError());
+  if (losses->size() >= 2)
+    llvm::outs() << llvm::format("done: loss %.4f -> %.4f over %zu steps\n", losses->front(), losses->back(),
+                                 losses->size());
+  return 0;
+}
+
+int runRun() {
+  auto plan = plan::readPlan(PlanIn);
+  if (!plan) return reportError(plan.takeError());
+  return trainOnPlan(std::move(*plan));
+}
+
+int runTrain() {
+  auto plan = compileModel();
+  if (!plan) return reportError(plan.takeError());
+  printPlanSummary(*plan, llvm::outs());
+  return trainOnPlan(std::move(*plan));
+}
+
+} // namespace megac::driver
