@@ -493,12 +493,10 @@ int main(int argc, char **argv) {
       continue;
     }
     infos[i] = std::move(*info);
-    for (const std::string &op : infos[i].opTypes)
-      if (!opSupported(op)) {
-        results[i] = {Result::Skip, "unsupported op " + op};
-        break;
-      }
-    if (results[i].detail.empty()) toRun.push_back(i);
+    auto unsupported = std::find_if(infos[i].opTypes.begin(), infos[i].opTypes.end(),
+                                    [](const std::string &op) { return !opSupported(op); });
+    if (unsupported != infos[i].opTypes.end()) results[i] = {Result::Skip, "unsupported op " + *unsupported};
+    else toRun.push_back(i);
   }
 
   // Kernels inside each child run single-threaded; the tests run in parallel instead.

@@ -9,20 +9,33 @@ namespace cl = llvm::cl;
 
 namespace megac::driver {
 
-cl::SubCommand ImportCmd("import", "Import an ONNX model, specialize it and print a summary (or the IR)");
-cl::SubCommand ForwardCmd("forward", "Run a model's forward pass on the CPU reference backend");
-cl::SubCommand OptCmd("opt", "Run IR passes on a model or a textual IR file and print the IR");
+#define MEGAC_SUBCOMMAND(fn, name, desc)                                                                               \
+  cl::SubCommand &fn() {                                                                                               \
+    static cl::SubCommand s(name, desc);                                                                               \
+    return s;                                                                                                          \
+  }
+MEGAC_SUBCOMMAND(importCmd, "import", "Import an ONNX model, specialize it and print a summary (or the IR)")
+MEGAC_SUBCOMMAND(forwardCmd, "forward", "Run a model's forward pass on the CPU reference backend")
+MEGAC_SUBCOMMAND(optCmd, "opt", "Run IR passes on a model or a textual IR file and print the IR")
+MEGAC_SUBCOMMAND(gradCmd, "grad", "Compute the loss and every parameter's gradient on one batch (CPU)")
+MEGAC_SUBCOMMAND(compileCmd, "compile", "Import, differentiate and plan a model for training; writes a plan file")
+MEGAC_SUBCOMMAND(runCmd, "run", "Train on a compiled plan")
+MEGAC_SUBCOMMAND(trainCmd, "train", "Compile and run in one command")
+MEGAC_SUBCOMMAND(planCmd, "plan", "Inspect a plan: memory, transfers, units and templates")
+MEGAC_SUBCOMMAND(exportCmd, "export", "Write trained weights from a checkpoint as ONNX (or safetensors)")
+#undef MEGAC_SUBCOMMAND
+
 
 static cl::opt<int64_t> Batch("batch", cl::desc("Batch size (binds the first input's dim 0)"), cl::init(-1),
-                              cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
+                              cl::sub(importCmd()), cl::sub(forwardCmd()), cl::sub(optCmd()), cl::sub(gradCmd()), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<int64_t> Seq("seq", cl::desc("Sequence length (binds the first input's dim 1)"), cl::init(-1),
-                            cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
+                            cl::sub(importCmd()), cl::sub(forwardCmd()), cl::sub(optCmd()), cl::sub(gradCmd()), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::list<std::string> Dims("dim", cl::desc("Bind a symbolic dimension: --dim NAME=N"),
-                                  cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
+                                  cl::sub(importCmd()), cl::sub(forwardCmd()), cl::sub(optCmd()), cl::sub(gradCmd()), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> Trainable("trainable", cl::desc("Regex of initializer names to train"),
-                                      cl::sub(ImportCmd), cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
-static cl::opt<std::string> Frozen("frozen", cl::desc("Regex of initializer names to freeze"), cl::sub(ImportCmd),
-                                   cl::sub(ForwardCmd), cl::sub(OptCmd), cl::sub(GradCmd), cl::sub(CompileCmd), cl::sub(TrainCmd));
+                                      cl::sub(importCmd()), cl::sub(forwardCmd()), cl::sub(optCmd()), cl::sub(gradCmd()), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> Frozen("frozen", cl::desc("Regex of initializer names to freeze"), cl::sub(importCmd()),
+                                   cl::sub(forwardCmd()), cl::sub(optCmd()), cl::sub(gradCmd()), cl::sub(compileCmd()), cl::sub(trainCmd()));
 
 int reportError(llvm::Error e) {
   llvm::handleAllErrors(std::move(e), [](const llvm::ErrorInfoBase &info) {

@@ -10,7 +10,17 @@
 
 namespace megac::driver {
 
-extern llvm::cl::SubCommand ImportCmd, ForwardCmd, OptCmd, GradCmd, CompileCmd, RunCmd, TrainCmd;
+// Subcommands, constructed on first use (options in several files refer to
+// them, and static initialization order across files is unspecified).
+llvm::cl::SubCommand &importCmd();
+llvm::cl::SubCommand &forwardCmd();
+llvm::cl::SubCommand &optCmd();
+llvm::cl::SubCommand &gradCmd();
+llvm::cl::SubCommand &compileCmd();
+llvm::cl::SubCommand &runCmd();
+llvm::cl::SubCommand &trainCmd();
+llvm::cl::SubCommand &planCmd();
+llvm::cl::SubCommand &exportCmd();
 
 // Flags that import a model: --batch, --seq, --dim, --trainable, --frozen.
 struct ModelFlags {

@@ -12,11 +12,11 @@ namespace cl = llvm::cl;
 
 namespace megac::driver {
 
-static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(ForwardCmd));
+static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(forwardCmd()));
 static cl::list<std::string> Inputs("input", cl::desc("FILE binds the first input; NAME=FILE any input"),
-                                    cl::sub(ForwardCmd));
+                                    cl::sub(forwardCmd()));
 static cl::opt<std::string> Output("o", cl::desc("Write the first output as a serialized TensorProto"),
-                                   cl::value_desc("file"), cl::sub(ForwardCmd));
+                                   cl::value_desc("file"), cl::sub(forwardCmd()));
 
 static void printSummary(const std::string &name, const Tensor &t) {
   auto &os = llvm::outs();

@@ -13,17 +13,16 @@ namespace cl = llvm::cl;
 
 namespace megac::driver {
 
-cl::SubCommand GradCmd("grad", "Compute the loss and every parameter's gradient on one batch (CPU)");
 
-static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(GradCmd));
+static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(gradCmd()));
 static cl::opt<std::string> InputFile("input", cl::desc("input_ids (serialized TensorProto)"), cl::Required,
-                                      cl::sub(GradCmd));
+                                      cl::sub(gradCmd()));
 static cl::opt<std::string> TargetsFile("targets", cl::desc("targets, already shifted (serialized TensorProto)"),
-                                        cl::Required, cl::sub(GradCmd));
+                                        cl::Required, cl::sub(gradCmd()));
 static cl::opt<std::string> OutDir("o", cl::desc("Output directory"), cl::value_desc("dir"), cl::Required,
-                                   cl::sub(GradCmd));
+                                   cl::sub(gradCmd()));
 static cl::opt<int64_t> IgnoreIndex("ignore-index", cl::desc("Target value the loss ignores"), cl::init(-100),
-                                    cl::sub(GradCmd));
+                                    cl::sub(gradCmd()));
 
 // File names hold any initializer name: characters other than [A-Za-z0-9._-]
 // are percent-encoded.

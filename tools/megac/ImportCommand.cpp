@@ -11,11 +11,11 @@ namespace cl = llvm::cl;
 
 namespace megac::driver {
 
-static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(ImportCmd));
+static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(importCmd()));
 static cl::opt<bool> PrintIR("print-ir", cl::desc("Print the specialized IR instead of the summary"),
-                             cl::sub(ImportCmd));
+                             cl::sub(importCmd()));
 static cl::opt<bool> PrintAll("print-all-constants", cl::desc("With --print-ir, print large constants too"),
-                              cl::sub(ImportCmd));
+                              cl::sub(importCmd()));
 
 static std::string withCommas(int64_t n) {
   std::string s = std::to_string(n), r;

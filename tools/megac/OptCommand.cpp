@@ -8,10 +8,10 @@ namespace cl = llvm::cl;
 
 namespace megac::driver {
 
-static cl::opt<std::string> Input(cl::Positional, cl::desc("<model.onnx | file.mir>"), cl::Required, cl::sub(OptCmd));
-static cl::list<std::string> Passes("pass", cl::desc("Run this pass (repeatable, in order)"), cl::sub(OptCmd));
-static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes and exit"), cl::sub(OptCmd));
-static cl::opt<bool> Elide("elide-constants", cl::desc("Print large constants as dense<...>"), cl::sub(OptCmd));
+static cl::opt<std::string> Input(cl::Positional, cl::desc("<model.onnx | file.mir>"), cl::Required, cl::sub(optCmd()));
+static cl::list<std::string> Passes("pass", cl::desc("Run this pass (repeatable, in order)"), cl::sub(optCmd()));
+static cl::opt<bool> ListPasses("list-passes", cl::desc("List the passes and exit"), cl::sub(optCmd()));
+static cl::opt<bool> Elide("elide-constants", cl::desc("Print large constants as dense<...>"), cl::sub(optCmd()));
 
 int runOpt() {
   if (ListPasses) {

@@ -1,7 +1,7 @@
 // megac compile MODEL.onnx --batch B --seq S [optimizer flags] -o model.plan
 // megac run model.plan --data FILE --steps N [optimizer, data, checkpoint flags]
 // megac train MODEL.onnx --batch B --seq S ... (compile and run in one)
-#include "codegen/BuildPlan.h"
+#include "codegen/Compile.h"
 #include "frontend/TensorProto.h"
 #include "runtime/train/TrainLoop.h"
 #include "tools/megac/Driver.h"
@@ -15,23 +15,20 @@ namespace cl = llvm::cl;
 
 namespace megac::driver {
 
-cl::SubCommand CompileCmd("compile", "Import, differentiate and plan a model for training; writes a plan file");
-cl::SubCommand RunCmd("run", "Train on a compiled plan");
-cl::SubCommand TrainCmd("train", "Compile and run in one command");
 
 // --- compile ---
-static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(CompileCmd),
-                                  cl::sub(TrainCmd));
+static cl::opt<std::string> Model(cl::Positional, cl::desc("<model.onnx>"), cl::Required, cl::sub(compileCmd()),
+                                  cl::sub(trainCmd()));
 static cl::opt<std::string> PlanOut("o", cl::desc("Plan file to write"), cl::value_desc("model.plan"),
-                                    cl::sub(CompileCmd));
+                                    cl::sub(compileCmd()));
 static cl::opt<int64_t> IgnoreIndex("ignore-index", cl::desc("Target value the loss ignores (default -100)"),
-                                    cl::init(-100), cl::sub(CompileCmd), cl::sub(TrainCmd));
+                                    cl::init(-100), cl::sub(compileCmd()), cl::sub(trainCmd()));
 
 // --- run ---
-static cl::opt<std::string> PlanIn(cl::Positional, cl::desc("<model.plan>"), cl::Required, cl::sub(RunCmd));
+static cl::opt<std::string> PlanIn(cl::Positional, cl::desc("<model.plan>"), cl::Required, cl::sub(runCmd()));
 
 // --- optimizer flags: defaults in the plan, overridable by run ---
-#define OPT_SUBS cl::sub(CompileCmd), cl::sub(RunCmd), cl::sub(TrainCmd)
+#define OPT_SUBS cl::sub(compileCmd()), cl::sub(runCmd()), cl::sub(trainCmd())
 static cl::opt<float> Lr("lr", cl::desc("Peak learning rate (default 1e-3)"), cl::init(1e-3f), OPT_SUBS);
 static cl::opt<int64_t> Warmup("warmup", cl::desc("Linear warmup steps (default 0)"), cl::init(0), OPT_SUBS);
 static cl::opt<std::string> Schedule("schedule", cl::desc("constant | cosine (default constant)"),
@@ -53,7 +50,7 @@ static cl::opt<int64_t> Seed("seed", cl::desc("Seed for data sampling and --init
 #undef OPT_SUBS
 
 // --- run flags ---
-#define RUN_SUBS cl::sub(RunCmd), cl::sub(TrainCmd)
+#define RUN_SUBS cl::sub(runCmd()), cl::sub(trainCmd())
 static cl::opt<int64_t> Steps("steps", cl::desc("Total optimizer steps"), cl::init(0), RUN_SUBS);
 static cl::opt<std::string> Data("data", cl::desc("Token file (uint16/uint32, or llm.c .bin)"), RUN_SUBS);
 static cl::opt<std::string> Text("text", cl::desc("Text file read as bytes (byte-level models)"), RUN_SUBS);
@@ -132,24 +129,9 @@ static llvm::Expected<plan::Plan> compileModel() {
   if (flags->import.batch <= 0 || flags->import.seq <= 0)
     return flagError("compile needs --batch B and --seq S");
   flags->passes.ignoreIndex = IgnoreIndex;
-  auto g = loadModel(Model, *flags);
-  if (!g) return g.takeError();
-  if (auto e = passes::runPipeline(**g, {"append-loss", "partition-units", "verify"}, flags->passes))
-    return std::move(e);
   codegen::CodegenOptions co;
-  co.modelPath = Model;
-  co.ignoreIndex = IgnoreIndex;
   if (auto e = applyOptimizerFlags(co.optimizer, /*all=*/true)) return std::move(e);
-  auto plan = codegen::buildPlan(**g, co);
-  if (!plan) return plan.takeError();
-  // No-decay names become per-parameter flags.
-  if (!co.optimizer.no_decay().empty()) {
-    llvm::Regex re("^(" + co.optimizer.no_decay() + ")$");
-    std::string why;
-    if (!re.isValid(why)) return flagError("--no-decay: bad regex: " + why);
-    for (auto &p : *plan->mutable_parameters()) p.set_decay(!re.match(p.name()));
-  }
-  return plan;
+  return codegen::compileForTraining(Model, flags->import, flags->passes, co);
 }
 
 static void printPlanSummary(const plan::Plan &p, llvm::raw_ostream &os) {

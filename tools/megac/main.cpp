@@ -12,13 +12,13 @@ int main(int argc, char **argv) {
   if (!llvm::cl::ParseCommandLineOptions(argc, argv,
                                          "megac: trains transformers far larger than GPU memory on one GPU\n"))
     return 2;
-  if (ImportCmd) return runImport();
-  if (ForwardCmd) return runForward();
-  if (OptCmd) return runOpt();
-  if (GradCmd) return runGrad();
-  if (CompileCmd) return runCompile();
-  if (RunCmd) return runRun();
-  if (TrainCmd) return runTrain();
+  if (importCmd()) return runImport();
+  if (forwardCmd()) return runForward();
+  if (optCmd()) return runOpt();
+  if (gradCmd()) return runGrad();
+  if (compileCmd()) return runCompile();
+  if (runCmd()) return runRun();
+  if (trainCmd()) return runTrain();
   llvm::errs() << "megac: give a subcommand (import, forward, grad, compile, run, train, plan, export, opt); see megac --help\n";
   return 2;
 }

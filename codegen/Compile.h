@@ -1,0 +1,13 @@
+#pragma once
+// The whole compiler, from an ONNX file (or textual IR) to a training plan:
+// import, the import pipeline, append-loss, partition-units, codegen.
+#include "codegen/BuildPlan.h"
+#include "frontend/OnnxImport.h"
+#include "passes/Pass.h"
+
+namespace megac::codegen {
+
+llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, const frontend::ImportOptions &import,
+                                              const passes::PassOptions &passes, const CodegenOptions &codegen);
+
+} // namespace megac::codegen
