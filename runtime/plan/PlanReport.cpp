@@ -1,0 +1,316 @@
+#include "runtime/plan/PlanReport.h"
+
+#include "runtime/core/DType.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <set>
+
+namespace megac::plan {
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+int64_t tensorBytes(const TensorType &t) {
+  auto dt = megac::DType(int(t.dtype()));
+  if (dt == megac::DType::Undefined) return 0;
+  int64_t n = 1;
+  for (int64_t d : t.shape()) n *= d;
+  return n * int64_t(megac::dtypeSize(dt));
+}
+
+static int64_t constantBytes(const Program &p) {
+  int64_t bytes = 0;
+  for (const Program::Value &v : p.values())
+    if (v.kind() == Program::Value::CONSTANT) bytes += int64_t(v.constant().data().size());
+  return bytes;
+}
+
+static llvm::Error checkIds(const Plan &p) {
+  for (const Unit &u : p.units()) {
+    auto bad = [&](const char *what, int64_t id) {
+      return err("plan unit '" + u.name() + "' refers to " + what + " " + llvm::Twine(id) + ", which does not exist");
+    };
+    if (u.template_id() < 0 || u.template_id() >= p.templates_size()) return bad("template", u.template_id());
+    for (int32_t a : u.activation_inputs())
+      if (a < 0 || a >= p.activations_size()) return bad("activation", a);
+    for (int32_t a : u.activation_outputs())
+      if (a < 0 || a >= p.activations_size()) return bad("activation", a);
+    for (int32_t q : u.parameters())
+      if (q < 0 || q >= p.parameters_size()) return bad("parameter", q);
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<PlanReport> reportPlan(const Plan &p) {
+  if (auto e = checkIds(p)) return std::move(e);
+  PlanReport r;
+  for (const Template &t : p.templates()) {
+    TemplateReport tr;
+    tr.name = t.name();
+    tr.forwardOps = t.forward().ops_size();
+    tr.backwardOps = t.backward().ops_size();
+    for (const Program::Op &op : t.backward().ops()) ++tr.backwardOpHistogram[op.type()];
+    tr.forwardConstantBytes = constantBytes(t.forward());
+    tr.backwardConstantBytes = constantBytes(t.backward());
+    r.templates.push_back(std::move(tr));
+  }
+
+  MemoryReport &m = r.memory;
+  std::set<int32_t> checkpoints;
+  for (const Unit &u : p.units()) {
+    UnitReport ur;
+    ur.name = u.name();
+    ur.templateId = u.template_id();
+    for (int32_t q : u.parameters()) ur.parameters += p.parameters(q).numel();
+    ur.weightBytes = 4 * ur.parameters; // fp32 on the host
+    ++r.templates[size_t(u.template_id())].units;
+    for (int32_t a : u.activation_inputs())
+      if (p.activations(a).kind() == Activation::INTERMEDIATE) checkpoints.insert(a);
+    if (ur.weightBytes > m.largestUnitWeightBytes || m.largestUnit.empty()) {
+      m.largestUnitWeightBytes = ur.weightBytes;
+      m.largestUnit = ur.name;
+    }
+    m.streamWeightsInBytes += 2 * ur.weightBytes;
+    m.streamGradientsOutBytes += ur.weightBytes;
+    r.units.push_back(std::move(ur));
+  }
+  for (int32_t a : checkpoints) m.checkpointBytes += tensorBytes(p.activations(a).type());
+
+  // Counted from the parameter table (not total_parameters) so that a tied
+  // weight used by several units counts once.
+  for (const Parameter &q : p.parameters()) m.parameters += q.numel();
+  const Optimizer &o = p.optimizer();
+  m.microBatchesPerStep = std::max<int64_t>(o.grad_accum(), 1);
+  m.keepsGradients = o.clip() > 0 || m.microBatchesPerStep > 1;
+  m.masterWeightBytes = 4 * m.parameters;
+  m.adamMomentBytes = 8 * m.parameters;
+  m.gradientBytes = m.keepsGradients ? 4 * m.parameters : 0;
+  m.hostBytes = m.masterWeightBytes + m.adamMomentBytes + m.gradientBytes;
+  m.bytesPerParameter = m.keepsGradients ? 16 : 12;
+  m.streamBytesPerMicroBatch = m.streamWeightsInBytes + m.streamGradientsOutBytes;
+  m.streamBytesPerStep = m.streamBytesPerMicroBatch * m.microBatchesPerStep;
+  return r;
+}
+
+// --- printing ---
+
+static const char *kindName(Activation::Kind k) {
+  switch (k) {
+  case Activation::INTERMEDIATE: return "intermediate";
+  case Activation::DATA_TOKENS: return "tokens";
+  case Activation::DATA_TARGETS: return "targets";
+  case Activation::LOSS: return "loss";
+  default: return "unknown";
+  }
+}
+
+static std::string typeString(const TensorType &t) {
+  std::string s = "[";
+  for (int i = 0; i < t.shape_size(); ++i) s += (i ? "," : "") + std::to_string(t.shape(i));
+  s += "] ";
+  s += megac::dtypeName(megac::DType(int(t.dtype())));
+  return s;
+}
+
+// The shortest decimal that reads back as `f` (so 1e-3f prints as 0.001).
+static double shortest(float f) {
+  char buf[32];
+  for (int prec = 1; prec <= 9; ++prec) {
+    std::snprintf(buf, sizeof buf, "%.*g", prec, double(f));
+    double d = std::strtod(buf, nullptr);
+    if (float(d) == f) return d;
+  }
+  return double(f);
+}
+
+static std::string num(float f) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", shortest(f));
+  return buf;
+}
+
+static double gib(int64_t bytes) { return double(bytes) / double(int64_t(1) << 30); }
+
+static void printBytes(llvm::raw_ostream &os, int64_t bytes) {
+  os << bytes << " bytes (" << llvm::format("%.6f", gib(bytes)) << " GiB)";
+}
+
+void printPlanReport(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os) {
+  const MemoryReport &m = r.memory;
+  os << "plan: " << planPath << "\n";
+  os << "  model: " << p.model_path() << "\n";
+  os << "  batch x seq: " << p.batch() << " x " << p.seq() << "\n";
+  os << "  vocab: " << p.vocab() << "\n";
+  os << "  compute: " << p.compute() << "\n";
+  os << "  format version: " << p.format_version() << " (megac " << p.megac_version() << ")\n";
+
+  os << "\nunits (" << r.units.size() << ", in forward order):\n";
+  for (int i = 0; i < p.units_size(); ++i) {
+    const Unit &u = p.units(i);
+    const UnitReport &ur = r.units[size_t(i)];
+    os << "  " << ur.name << ": template " << r.templates[size_t(ur.templateId)].name << ", " << ur.parameters
+       << " parameters\n";
+    auto activations = [&](const char *label, const google::protobuf::RepeatedField<int32_t> &ids) {
+      for (int32_t a : ids) {
+        const Activation &act = p.activations(a);
+        os << "    " << label << " " << act.name() << " " << typeString(act.type()) << " (" << kindName(act.kind())
+           << ")\n";
+      }
+    };
+    activations("in: ", u.activation_inputs());
+    activations("out:", u.activation_outputs());
+  }
+
+  os << "\ntemplates (" << r.templates.size() << "):\n";
+  for (const TemplateReport &t : r.templates) {
+    os << "  " << t.name << ": " << t.units << (t.units == 1 ? " unit" : " units") << ", forward " << t.forwardOps
+       << " ops, backward " << t.backwardOps << " ops, constants " << t.forwardConstantBytes
+       << " bytes (forward) + " << t.backwardConstantBytes << " bytes (backward)\n";
+    os << "    backward ops:";
+    for (const auto &[type, count] : t.backwardOpHistogram) os << " " << type << " " << count << ",";
+    os << "\n";
+  }
+
+  os << "\nparameters: " << m.parameters << " total\n";
+  for (const UnitReport &u : r.units) os << "  " << u.name << ": " << u.parameters << "\n";
+
+  os << "\nhost memory (exact):\n";
+  os << "  fp32 master weights:  ";
+  printBytes(os, m.masterWeightBytes);
+  os << "\n  AdamW m and v:        ";
+  printBytes(os, m.adamMomentBytes);
+  os << "\n  step gradients:       ";
+  printBytes(os, m.gradientBytes);
+  os << (m.keepsGradients ? " (kept: clip > 0 or grad-accum > 1)" : " (not kept: no clip, grad-accum 1)");
+  os << "\n  total:                ";
+  printBytes(os, m.hostBytes);
+  os << ", " << m.bytesPerParameter << " bytes per parameter\n";
+
+  os << "\nactivation checkpoints (forward to backward, per micro-batch): ";
+  printBytes(os, m.checkpointBytes);
+  os << "\nlargest unit weights in fp32 (one weight slot): " << m.largestUnit << ", ";
+  printBytes(os, m.largestUnitWeightBytes);
+  os << "\n\nstreamed per step (what the CPU backend does now; the GPU memory planner is not implemented yet):\n";
+  os << "  weights in (forward + backward): ";
+  printBytes(os, m.streamWeightsInBytes);
+  os << " per micro-batch\n  gradients out:                   ";
+  printBytes(os, m.streamGradientsOutBytes);
+  os << " per micro-batch\n  per step (" << m.microBatchesPerStep << " micro-batch"
+     << (m.microBatchesPerStep == 1 ? "" : "es") << "):              ";
+  printBytes(os, m.streamBytesPerStep);
+  os << "\n";
+
+  const Optimizer &o = p.optimizer();
+  os << "\noptimizer: AdamW\n";
+  os << "  lr " << num(o.lr()) << ", schedule " << o.schedule() << ", warmup " << o.warmup() << ", min-lr "
+     << num(o.min_lr()) << "\n";
+  os << "  betas " << num(o.beta1()) << ", " << num(o.beta2()) << ", eps " << num(o.eps()) << ", weight decay "
+     << num(o.weight_decay()) << "\n";
+  os << "  clip " << num(o.clip()) << (o.clip() > 0 ? "" : " (off)") << ", grad-accum " << m.microBatchesPerStep
+     << ", no-decay " << (o.no_decay().empty() ? "(none)" : "'" + o.no_decay() + "'") << "\n";
+}
+
+// Names come from the model file; JSON needs valid UTF-8.
+static std::string utf8(const std::string &s) { return llvm::json::isUTF8(s) ? s : llvm::json::fixUTF8(s); }
+
+static llvm::json::Value bytesJson(int64_t bytes) {
+  return llvm::json::Object{{"bytes", bytes}, {"gib", gib(bytes)}};
+}
+
+static llvm::json::Value typeJson(const TensorType &t) {
+  llvm::json::Array shape;
+  for (int64_t d : t.shape()) shape.push_back(d);
+  return llvm::json::Object{{"dtype", megac::dtypeName(megac::DType(int(t.dtype())))}, {"shape", std::move(shape)}};
+}
+
+void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os) {
+  const MemoryReport &m = r.memory;
+  auto activations = [&](const google::protobuf::RepeatedField<int32_t> &ids) {
+    llvm::json::Array out;
+    for (int32_t a : ids) {
+      const Activation &act = p.activations(a);
+      out.push_back(llvm::json::Object{{"name", utf8(act.name())}, {"kind", kindName(act.kind())}, {"type", typeJson(act.type())}});
+    }
+    return out;
+  };
+  llvm::json::Array units;
+  for (int i = 0; i < p.units_size(); ++i) {
+    const UnitReport &ur = r.units[size_t(i)];
+    units.push_back(llvm::json::Object{{"name", utf8(ur.name)},
+                                       {"template", utf8(r.templates[size_t(ur.templateId)].name)},
+                                       {"template_id", ur.templateId},
+                                       {"parameters", ur.parameters},
+                                       {"weight_bytes", ur.weightBytes},
+                                       {"inputs", activations(p.units(i).activation_inputs())},
+                                       {"outputs", activations(p.units(i).activation_outputs())}});
+  }
+  llvm::json::Array templates;
+  for (const TemplateReport &t : r.templates) {
+    llvm::json::Object hist;
+    for (const auto &[type, count] : t.backwardOpHistogram) hist[utf8(type)] = count;
+    templates.push_back(llvm::json::Object{{"name", utf8(t.name)},
+                                           {"units", t.units},
+                                           {"forward_ops", t.forwardOps},
+                                           {"backward_ops", t.backwardOps},
+                                           {"backward_op_histogram", std::move(hist)},
+                                           {"forward_constant_bytes", t.forwardConstantBytes},
+                                           {"backward_constant_bytes", t.backwardConstantBytes}});
+  }
+  llvm::json::Array perUnit;
+  for (const UnitReport &u : r.units) perUnit.push_back(llvm::json::Object{{"unit", utf8(u.name)}, {"parameters", u.parameters}});
+  const Optimizer &o = p.optimizer();
+  llvm::json::Object root{
+      {"plan", utf8(planPath)},
+      {"model", utf8(p.model_path())},
+      {"batch", p.batch()},
+      {"seq", p.seq()},
+      {"vocab", p.vocab()},
+      {"compute", utf8(p.compute())},
+      {"format_version", int64_t(p.format_version())},
+      {"megac_version", utf8(p.megac_version())},
+      {"units", std::move(units)},
+      {"templates", std::move(templates)},
+      {"parameters", llvm::json::Object{{"total", m.parameters}, {"per_unit", std::move(perUnit)}}},
+      {"host_memory",
+       llvm::json::Object{{"master_weights", bytesJson(m.masterWeightBytes)},
+                          {"adam_moments", bytesJson(m.adamMomentBytes)},
+                          {"gradients", bytesJson(m.gradientBytes)},
+                          {"keeps_gradients", m.keepsGradients},
+                          {"total", bytesJson(m.hostBytes)},
+                          {"bytes_per_parameter", m.bytesPerParameter}}},
+      {"activation_checkpoints_per_micro_batch", bytesJson(m.checkpointBytes)},
+      {"largest_unit_weights", llvm::json::Object{{"unit", utf8(m.largestUnit)},
+                                                  {"bytes", m.largestUnitWeightBytes},
+                                                  {"gib", gib(m.largestUnitWeightBytes)}}},
+      {"streamed",
+       llvm::json::Object{
+           {"note", "what the CPU backend does now; the GPU memory planner is not implemented yet"},
+           {"weights_in_per_micro_batch", bytesJson(m.streamWeightsInBytes)},
+           {"gradients_out_per_micro_batch", bytesJson(m.streamGradientsOutBytes)},
+           {"micro_batches_per_step", m.microBatchesPerStep},
+           {"per_step", bytesJson(m.streamBytesPerStep)}}},
+      {"optimizer", llvm::json::Object{{"name", "AdamW"},
+                                       {"lr", shortest(o.lr())},
+                                       {"schedule", utf8(o.schedule())},
+                                       {"warmup", o.warmup()},
+                                       {"min_lr", shortest(o.min_lr())},
+                                       {"beta1", shortest(o.beta1())},
+                                       {"beta2", shortest(o.beta2())},
+                                       {"eps", shortest(o.eps())},
+                                       {"weight_decay", shortest(o.weight_decay())},
+                                       {"clip", shortest(o.clip())},
+                                       {"grad_accum", m.microBatchesPerStep},
+                                       {"no_decay", utf8(o.no_decay())},
+                                       {"seed", o.seed()}}},
+  };
+  os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
+}
+
+} // namespace megac::plan

@@ -1,0 +1,72 @@
+#pragma once
+// A readable summary of a compiled plan (`megac plan`): its units and
+// templates, parameter counts, and what training it costs in memory and
+// transfers. Computed from the plan alone, so the runtime and tools can use
+// it without the compiler.
+#include "runtime/plan/PlanIO.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <map>
+#include <string>
+#include <vector>
+
+namespace megac::plan {
+
+struct UnitReport {
+  std::string name;
+  int32_t templateId = -1;
+  int64_t parameters = 0;  // elements of the parameters bound to the unit
+  int64_t weightBytes = 0; // the same in fp32
+};
+
+struct TemplateReport {
+  std::string name;
+  int64_t units = 0; // units that use it
+  int64_t forwardOps = 0, backwardOps = 0;
+  std::map<std::string, int64_t> backwardOpHistogram; // op type -> count
+  // Bytes of the CONSTANT values' data in each program (the backward
+  // recomputes the forward, so constants appear in both).
+  int64_t forwardConstantBytes = 0, backwardConstantBytes = 0;
+};
+
+// Memory and traffic of one optimizer step, in bytes.
+struct MemoryReport {
+  int64_t parameters = 0;
+  // Host: fp32 master weights, AdamW m and v, and the step's gradients where
+  // the step keeps them (clip > 0 or grad_accum > 1).
+  bool keepsGradients = false;
+  int64_t masterWeightBytes = 0, adamMomentBytes = 0, gradientBytes = 0;
+  int64_t hostBytes = 0;
+  int64_t bytesPerParameter = 0;
+  // Activation checkpoints kept between forward and backward, per
+  // micro-batch: the distinct INTERMEDIATE activations that are unit inputs.
+  int64_t checkpointBytes = 0;
+  // The largest unit's weights in fp32: what one weight slot must hold.
+  std::string largestUnit;
+  int64_t largestUnitWeightBytes = 0;
+  // Streaming each unit's weights in for forward and again for backward,
+  // and its gradients out once, per micro-batch and per optimizer step.
+  int64_t microBatchesPerStep = 1;
+  int64_t streamWeightsInBytes = 0; // per micro-batch, forward + backward
+  int64_t streamGradientsOutBytes = 0;
+  int64_t streamBytesPerMicroBatch = 0;
+  int64_t streamBytesPerStep = 0;
+};
+
+struct PlanReport {
+  std::vector<UnitReport> units;
+  std::vector<TemplateReport> templates;
+  MemoryReport memory;
+};
+
+// Size in bytes of a tensor of `t` (0 for an undefined dtype).
+int64_t tensorBytes(const TensorType &t);
+
+llvm::Expected<PlanReport> reportPlan(const Plan &p);
+
+// `planPath` is the file the plan was read from (printed as is).
+void printPlanReport(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os);
+void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os);
+
+} // namespace megac::plan
