@@ -85,6 +85,7 @@ public:
     for (size_t k = 0; k < a_.dynOps.size(); ++k)
       g_.ops[size_t(a_.dynOps[k])].attrs.set(kUnitAttr, Attr::ofString(unitOfDyn[k]));
     placeParameterOps();
+    makeUnitsContiguous(unitOfDyn);
     return llvm::Error::success();
   }
 
@@ -225,6 +226,22 @@ private:
     }
     g_.insertOp(i + 1, std::move(clone));
     users = g_.computeUsers();
+  }
+
+  // Orders the ops unit by unit (a stable sort): parameter-only ops that the
+  // exporter placed early (e.g. rotary tables from a weight without data)
+  // move into their unit's block. Safe, since they only read parameters,
+  // constants and other parameter-only ops of the same unit.
+  void makeUnitsContiguous(const std::vector<std::string> &unitOfDyn) {
+    std::map<std::string, int> rank;
+    for (const std::string &u : unitOfDyn) rank.emplace(u, int(rank.size()));
+    g_.compact();
+    std::stable_sort(g_.ops.begin(), g_.ops.end(), [&](const Op &a, const Op &b) {
+      const Attr *ua = a.attrs.get(kUnitAttr), *ub = b.attrs.get(kUnitAttr);
+      int ra = ua ? rank[ua->s] : -1, rb = ub ? rank[ub->s] : -1;
+      return ra < rb;
+    });
+    g_.recomputeProducers();
   }
 
   Graph &g_;

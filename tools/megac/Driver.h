@@ -42,6 +42,8 @@ int runGrad();
 int runCompile();
 int runRun();
 int runTrain();
+int runExport();
+int runPlan();
 
 // A file name for any tensor name: other than [A-Za-z0-9._-] is percent-encoded.
 std::string encodeFileName(llvm::StringRef name);

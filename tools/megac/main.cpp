@@ -19,6 +19,8 @@ int main(int argc, char **argv) {
   if (compileCmd()) return runCompile();
   if (runCmd()) return runRun();
   if (trainCmd()) return runTrain();
+  if (exportCmd()) return runExport();
+  if (planCmd()) return runPlan();
   llvm::errs() << "megac: give a subcommand (import, forward, grad, compile, run, train, plan, export, opt); see megac --help\n";
   return 2;
 }
