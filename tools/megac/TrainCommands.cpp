@@ -169,6 +169,7 @@ static int trainOnPlan(plan::Plan plan) {
   lo.data = Data;
   lo.text = Text;
   lo.valData = ValData;
+  lo.valIsText = !Text.empty(); // held-out text when training on text
   lo.evalEvery = EvalEvery;
   if (!InputIds.empty()) {
     if (TargetsFile.empty()) return reportError(flagError("--input needs --targets"));
