@@ -135,7 +135,10 @@ private:
         llvm::SmallString<256> p(g_->baseDir);
         llvm::sys::path::append(p, ex->location);
         if (llvm::sys::fs::exists(p)) v.external = *ex;
-        else if (stats_) stats_->dataLessWeights.push_back(ip.name());
+        else if (stats_) {
+          stats_->dataLessWeights.push_back(ip.name());
+          stats_->missingDataFiles.insert(std::string(p));
+        }
       } else {
         auto t = tensorFromProto(ip, ip.name());
         if (!t) return fail(path_, llvm::toString(t.takeError()));

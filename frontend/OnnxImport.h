@@ -6,6 +6,7 @@
 
 #include <map>
 #include <optional>
+#include <set>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,7 @@ struct ImportStats {
   int64_t ir_version = 0;
   std::string producer;
   std::vector<std::string> dataLessWeights; // weights that came without bytes
+  std::set<std::string> missingDataFiles;   // external data files that do not exist
 };
 
 llvm::Expected<std::unique_ptr<ir::Graph>> importOnnx(const std::string &path, const ImportOptions &opts,

@@ -87,7 +87,7 @@ llvm::Expected<Tensor> Graph::tensorOf(ValueId id) {
   Value &v = value(id);
   if (v.data) return *v.data;
   if (!v.external)
-    return graphError(*this, "value '" + v.name + "' has no data (a weight without data: use --init)");
+    return graphError(*this, "value '" + v.name + "' has no data (the model carries no bytes for it)");
   const ExternalData &ex = *v.external;
   Tensor t(v.type.dtype, v.type.shape);
   if (auto e = readExternal(baseDir, {ex.location, ex.offset, ex.length}, v.name, t.raw(), int64_t(t.nbytes())))

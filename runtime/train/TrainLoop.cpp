@@ -77,7 +77,12 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
       return std::vector<double>{};
     }
   } else {
-    if (auto e = loadInitialWeights(plan, state, {opts.weights, opts.init, opts.seed})) return std::move(e);
+    auto initialized = loadInitialWeights(plan, state, {opts.weights, opts.init, opts.seed});
+    if (!initialized) return initialized.takeError();
+    if (*initialized && !opts.quiet)
+      llvm::outs() << "--init: initialized " << *initialized << " of " << plan.parameters_size()
+                   << " parameters that have no data (matrices N(0, 0.02), norm scales 1, biases 0; seed "
+                   << opts.seed << ")\n";
   }
 
   std::unique_ptr<std::ofstream> log;

@@ -44,7 +44,7 @@ static void initialize(const plan::Parameter &p, int32_t index, float *dst, uint
   }
 }
 
-llvm::Error loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts) {
+llvm::Expected<int> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts) {
   std::string path = opts.onnxPath.empty() ? plan.model_path() : opts.onnxPath;
   onnx::ModelProto model;
   bool haveModel = false;
@@ -64,7 +64,7 @@ llvm::Error loadInitialWeights(const plan::Plan &plan, HostState &state, const W
     for (const auto &t : model.graph().initializer()) inits[t.name()] = &t;
   std::string baseDir = std::string(llvm::sys::path::parent_path(path));
   if (baseDir.empty()) baseDir = ".";
-  bool allFromModel = true;
+  int initialized = 0;
   for (int i = 0; i < plan.parameters_size(); ++i) {
     const plan::Parameter &p = plan.parameters(i);
     float *dst = state.params.data() + p.host_offset();
@@ -83,7 +83,7 @@ llvm::Error loadInitialWeights(const plan::Plan &plan, HostState &state, const W
       if (!opts.init)
         return err(path + ": parameter '" + p.name() + "' has no data; pass --init to initialize it");
       initialize(p, i, dst, opts.seed);
-      allFromModel = false;
+      ++initialized;
       continue;
     }
     if (tp->data_type() != onnx::TensorProto::FLOAT)
@@ -94,18 +94,18 @@ llvm::Error loadInitialWeights(const plan::Plan &plan, HostState &state, const W
       return err(path + ": parameter '" + p.name() + "' has " + llvm::Twine(n) + " elements, the plan expects " +
                  llvm::Twine(p.numel()) + ": the plan was compiled from another model");
     if (loc) {
-      if (auto e = readExternal(baseDir, *loc, p.name(), dst, p.numel() * 4)) return e;
+      if (auto e = readExternal(baseDir, *loc, p.name(), dst, p.numel() * 4)) return std::move(e);
     } else {
       auto t = tensorFromProto(*tp, p.name());
       if (!t) return err(path + ": " + llvm::toString(t.takeError()));
       std::memcpy(dst, t->raw(), size_t(p.numel()) * 4);
     }
   }
-  if (opts.onnxPath.empty() && allFromModel && plan.weights_hash() != 0 &&
+  if (opts.onnxPath.empty() && initialized == 0 && plan.weights_hash() != 0 &&
       hashParameters(plan, state) != plan.weights_hash())
     return err(path + ": the weights differ from those the plan was compiled with; recompile, or pass --weights " +
                path + " to use them anyway");
-  return llvm::Error::success();
+  return initialized;
 }
 
 } // namespace megac::runtime

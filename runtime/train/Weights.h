@@ -12,7 +12,8 @@ struct WeightOptions {
   uint64_t seed = 0;
 };
 
-llvm::Error loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts);
+// Returns how many parameters were initialized rather than read.
+llvm::Expected<int> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts);
 
 // The FNV-1a hash codegen records over the parameters' bytes, in plan order.
 uint64_t hashParameters(const plan::Plan &plan, const HostState &state);

@@ -57,10 +57,12 @@ std::unique_ptr<runtime::Trainer> makeTrainer(const plan::Plan &p) {
     ADD_FAILURE() << llvm::toString(t.takeError());
     return nullptr;
   }
-  if (auto e = runtime::loadInitialWeights(p, (*t)->state(), {})) {
-    ADD_FAILURE() << llvm::toString(std::move(e));
+  auto initialized = runtime::loadInitialWeights(p, (*t)->state(), {});
+  if (!initialized) {
+    ADD_FAILURE() << llvm::toString(initialized.takeError());
     return nullptr;
   }
+  EXPECT_EQ(*initialized, 0);
   return std::move(*t);
 }
 

@@ -80,6 +80,8 @@ int runImport() {
                                            (v.producer < 0 && numElements(v.type.shape) > 1 &&
                                             isFloatType(v.type.dtype) && !v.frozen && v.external)))
       os << llvm::format("  %-56s %-18s %s\n", v.name.c_str(), v.type.str().c_str(), v.frozen ? "frozen" : "constant");
+  for (const std::string &f : stats.missingDataFiles)
+    os << "note: external data file '" << f << "' does not exist; the weights stored there have no data\n";
   if (!stats.dataLessWeights.empty())
     os << "note: " << stats.dataLessWeights.size()
        << " weights carry no data; which are parameters and which are buffers was decided from how each is "
