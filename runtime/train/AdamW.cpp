@@ -6,7 +6,8 @@
 
 namespace megac::runtime {
 
-void adamwUpdate(float *__restrict param, const float *__restrict grad, float *__restrict m, float *__restrict v,
+// One clone per instruction set, chosen at load time (AVX-512, AVX2, baseline).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void adamwUpdate(float *__restrict param, const float *__restrict grad, float *__restrict m, float *__restrict v,
                  int64_t n, int64_t step, const AdamWHyper &h, bool decay, float gradScale) {
   // torch: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
   //        p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
