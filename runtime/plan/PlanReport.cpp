@@ -174,7 +174,11 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
        << " ops, backward " << t.backwardOps << " ops, constants " << t.forwardConstantBytes
        << " bytes (forward) + " << t.backwardConstantBytes << " bytes (backward)\n";
     os << "    backward ops:";
-    for (const auto &[type, count] : t.backwardOpHistogram) os << " " << type << " " << count << ",";
+    const char *sep = " ";
+    for (const auto &[type, count] : t.backwardOpHistogram) {
+      os << sep << type << " " << count;
+      sep = ", ";
+    }
     os << "\n";
   }
 
@@ -203,7 +207,7 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   os << " per micro-batch\n  gradients out:                   ";
   printBytes(os, m.streamGradientsOutBytes);
   os << " per micro-batch\n  per step (" << m.microBatchesPerStep << " micro-batch"
-     << (m.microBatchesPerStep == 1 ? "" : "es") << "):              ";
+     << (m.microBatchesPerStep == 1 ? "" : "es") << "): ";
   printBytes(os, m.streamBytesPerStep);
   os << "\n";
 

@@ -194,10 +194,9 @@ TEST(PlanReport, LlamaFixture) {
   }
   EXPECT_EQ(shared, 1);
 
-  // Checkpoints: at least the hidden state [2,16,64] f32 entering each of
-  // the two layers and the head.
-  EXPECT_GE(m.checkpointBytes, 3 * 2 * 16 * 64 * 4);
-  EXPECT_EQ(m.checkpointBytes % 4, 0);
+  // Checkpoints: the hidden state [2,16,64] f32 entering each of the two
+  // layers and the head (the tokens and targets are data, not checkpoints).
+  EXPECT_EQ(m.checkpointBytes, 3 * 2 * 16 * 64 * 4);
 
   plan::Plan clipped = compileLlama(1.0f);
   auto rc = plan::reportPlan(clipped);
