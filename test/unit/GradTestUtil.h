@@ -45,71 +45,9 @@ inline Attr S(std::string v) { return Attr::ofString(std::move(v)); }
 // without gradient. Returns an empty vector (after a gtest failure) on error.
 inline std::vector<Tensor> analyticGrads(const std::string &opType, const std::vector<GradCheckInput> &inputs,
                                          const std::vector<Tensor> &seeds, Attrs a = {}) {
-  using namespace ir;
-  Graph g;
-  g.opset = 23;
-  std::vector<ValueId> ins, wrt;
-  std::map<std::string, Tensor> feeds;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const Tensor &t = inputs[i].value;
-    if (!t.defined()) {
-      ins.push_back(kNoValue);
-      continue;
-    }
-    Value v;
-    v.name = "x" + std::to_string(i);
-    v.type = {t.dtype(), t.shape(), false};
-    v.kind = inputs[i].constant ? ValueKind::Const : ValueKind::Input;
-    if (inputs[i].constant) v.data = t;
-    ValueId id = g.addValueUnique(std::move(v));
-    if (!inputs[i].constant) {
-      g.inputs.push_back(id);
-      feeds[g.value(id).name] = t;
-    }
-    ins.push_back(id);
-    if (inputs[i].differentiate) wrt.push_back(id);
-  }
-  Op op;
-  op.type = opType;
-  op.name = "op";
-  op.inputs = ins;
-  op.attrs = a;
-  for (size_t k = 0; k < seeds.size(); ++k) {
-    Value v;
-    v.name = "y";
-    op.outputs.push_back(g.addValueUnique(std::move(v)));
-  }
-  int32_t idx = g.addOp(op);
-  InferContext ctx(g, idx);
-  if (auto e = lookupOpSchema(opType)->infer(ctx)) {
-    ADD_FAILURE() << llvm::toString(std::move(e));
-    return {};
-  }
-  std::vector<ValueId> outs, seedIds;
-  for (size_t k = 0; k < seeds.size(); ++k) {
-    if (!seeds[k].defined()) continue;
-    outs.push_back(g.ops[size_t(idx)].outputs[k]);
-    seedIds.push_back(g.addConst("seed", seeds[k]));
-  }
-  auto r = autodiff::differentiate(g, outs, seedIds, wrt);
-  if (!r) {
-    ADD_FAILURE() << llvm::toString(r.takeError());
-    return {};
-  }
-  g.outputs.clear();
-  for (ValueId gv : r->grads) {
-    if (gv == kNoValue) {
-      ADD_FAILURE() << opType << ": no gradient produced";
-      return {};
-    }
-    g.outputs.push_back(gv);
-  }
-  auto vals = runGraph(g, feeds);
-  if (!vals) {
-    ADD_FAILURE() << llvm::toString(vals.takeError());
-    return {};
-  }
-  return *vals;
+  SingleOpGraph s = singleOpGraph(opType, inputs, a, seeds.size());
+  if (s.op < 0) return {};
+  return seededGrads(s, seeds);
 }
 
 inline void expectTensorNear(const Tensor &got, const std::vector<double> &want, double tol = 1e-12) {
@@ -120,47 +58,23 @@ inline void expectTensorNear(const Tensor &got, const std::vector<double> &want,
 // Runs the rule in f32 on the f64 inputs rounded to f32 and compares with the
 // f64 run; returns the worst relative difference (the rules are dtype
 // generic: their constants must follow the operand dtype).
-inline double f32VersusF64(const std::string &opType, const std::vector<GradCheckInput> &inputs, Attrs a = {}) {
+inline double f32VersusF64(const std::string &opType, const std::vector<GradCheckInput> &inputs, Attrs a = {},
+                           size_t numOutputs = 1) {
   auto toF32 = [](std::vector<GradCheckInput> v) {
     for (auto &x : v)
       if (x.value.defined() && x.value.dtype() == DType::F64) x.value = castTo(x.value, DType::F32);
     return v;
   };
   std::vector<GradCheckInput> in32 = toF32(inputs);
-  // The seed comes from the op's output shape: run once to learn it.
-  auto shapeOf = [&]() -> Shape {
-    ir::Graph g;
-    g.opset = 23;
-    std::vector<ir::ValueId> ins;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      if (!inputs[i].value.defined()) {
-        ins.push_back(ir::kNoValue);
-        continue;
-      }
-      ir::Value v;
-      v.name = "x" + std::to_string(i);
-      v.type = {inputs[i].value.dtype(), inputs[i].value.shape(), false};
-      v.kind = inputs[i].constant ? ir::ValueKind::Const : ir::ValueKind::Input;
-      if (inputs[i].constant) v.data = inputs[i].value;
-      ins.push_back(g.addValueUnique(std::move(v)));
-    }
-    ir::Op op;
-    op.type = opType;
-    op.inputs = ins;
-    op.attrs = a;
-    ir::Value y;
-    y.name = "y";
-    op.outputs.push_back(g.addValueUnique(std::move(y)));
-    ir::InferContext ctx(g, g.addOp(op));
-    if (auto e = ir::lookupOpSchema(opType)->infer(ctx)) {
-      ADD_FAILURE() << llvm::toString(std::move(e));
-      return {};
-    }
-    return g.type(g.ops[0].outputs[0]).shape;
-  };
-  Tensor seed = randomTensor(DType::F64, shapeOf(), 99);
-  auto g64 = analyticGrads(opType, inputs, {seed}, a);
-  auto g32 = analyticGrads(opType, in32, {castTo(seed, DType::F32)}, a);
+  // The seed of output 0 comes from its inferred shape.
+  SingleOpGraph probe = singleOpGraph(opType, inputs, a, numOutputs);
+  if (probe.op < 0) return INFINITY;
+  Tensor seed = randomTensor(DType::F64, probe.g.type(probe.g.ops[size_t(probe.op)].outputs[0]).shape, 99);
+  std::vector<Tensor> seeds64(numOutputs), seeds32(numOutputs);
+  seeds64[0] = seed;
+  seeds32[0] = castTo(seed, DType::F32);
+  auto g64 = analyticGrads(opType, inputs, seeds64, a);
+  auto g32 = analyticGrads(opType, in32, seeds32, a);
   if (g64.size() != g32.size() || g64.empty()) return INFINITY;
   double worst = 0;
   for (size_t k = 0; k < g64.size(); ++k) {

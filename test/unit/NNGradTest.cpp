@@ -1,7 +1,7 @@
 // Finite-difference checks of the NN and loss gradient rules
 // (passes/autodiff/NNGrads.cpp, LossGrads.cpp) and their fused kernels, plus
 // f32 runs of the same rules compared with f64.
-#include "GradCheck.h"
+#include "GradTestUtil.h"
 
 #include <cmath>
 #include <limits>
@@ -9,109 +9,12 @@
 using namespace megac;
 using namespace megac::testing;
 
+using namespace megac::testing::grad;
+
 namespace {
 
-constexpr double kTol = 1e-6;
-
-GradCheckInput in(Shape shape, uint32_t seed, double lo = -1, double hi = 1) {
-  return {randomTensor(DType::F64, std::move(shape), seed, lo, hi)};
-}
-// An operand the rule does not differentiate, fed at run time.
-GradCheckInput fixed(Tensor t) { return {std::move(t), /*differentiate=*/false}; }
-// A compile-time constant operand (masks, caches).
-GradCheckInput constant(Tensor t) { return {std::move(t), /*differentiate=*/false, /*constant=*/true}; }
-
 Tensor int64s(Shape shape, std::vector<int64_t> v) { return Tensor::fromVector<int64_t>(DType::I64, shape, v); }
-
-Attrs attrs(std::initializer_list<std::pair<const char *, Attr>> kv) {
-  Attrs a;
-  for (auto &p : kv) a.set(p.first, p.second);
-  return a;
-}
-Attr I(int64_t v) { return Attr::ofInt(v); }
 Attr F(float v) { return Attr::ofFloat(v); }
-
-// Runs y = op(inputs) and the rule's gradients of <R, y> in f32 and in f64
-// (same values) and returns the worst relative difference: exercises the f32
-// kernels (sgemm paths) that the f64 finite differences do not reach.
-double f32VersusF64(const std::string &opType, const std::vector<GradCheckInput> &inputs, Attrs a = {},
-                    size_t numOutputs = 1) {
-  using namespace ir;
-  auto gradsIn = [&](DType dt) -> std::vector<Tensor> {
-    Graph g;
-    g.opset = 23;
-    std::vector<ValueId> ins, wrt;
-    std::map<std::string, Tensor> feeds;
-    for (size_t i = 0; i < inputs.size(); ++i) {
-      Tensor t = inputs[i].value;
-      if (!t.defined()) {
-        ins.push_back(kNoValue);
-        continue;
-      }
-      if (t.dtype() == DType::F64) {
-        Tensor c(dt, t.shape());
-        for (int64_t e = 0; e < t.numel(); ++e) c.setFromDouble(e, t.getAsDouble(e));
-        t = c;
-      }
-      Value v;
-      v.name = "x" + std::to_string(i);
-      v.type = {t.dtype(), t.shape(), false};
-      v.kind = inputs[i].constant ? ValueKind::Const : ValueKind::Input;
-      if (inputs[i].constant) v.data = t;
-      ValueId id = g.addValueUnique(std::move(v));
-      if (!inputs[i].constant) {
-        g.inputs.push_back(id);
-        feeds[g.value(id).name] = t;
-      }
-      ins.push_back(id);
-      if (inputs[i].differentiate) wrt.push_back(id);
-    }
-    Op op;
-    op.type = opType;
-    op.name = "op";
-    op.inputs = ins;
-    op.attrs = a;
-    for (size_t k = 0; k < numOutputs; ++k) {
-      Value v;
-      v.name = "y";
-      op.outputs.push_back(g.addValueUnique(std::move(v)));
-    }
-    int32_t idx = g.addOp(op);
-    InferContext ctx(g, idx);
-    if (auto e = lookupOpSchema(opType)->infer(ctx)) {
-      ADD_FAILURE() << llvm::toString(std::move(e));
-      return {};
-    }
-    ValueId y = g.ops[size_t(idx)].outputs[0];
-    Tensor R = randomTensor(g.type(y).dtype, g.type(y).shape, 99);
-    auto r = autodiff::differentiate(g, {y}, {g.addConst("seed", R)}, wrt);
-    if (!r) {
-      ADD_FAILURE() << llvm::toString(r.takeError());
-      return {};
-    }
-    g.outputs = r->grads;
-    auto out = runGraph(g, feeds);
-    if (!out) {
-      ADD_FAILURE() << llvm::toString(out.takeError());
-      return {};
-    }
-    return *out;
-  };
-  std::vector<Tensor> g32 = gradsIn(DType::F32), g64 = gradsIn(DType::F64);
-  if (g32.size() != g64.size() || g32.empty()) return INFINITY;
-  double worst = 0;
-  for (size_t k = 0; k < g32.size(); ++k) {
-    EXPECT_EQ(g32[k].dtype(), DType::F32);
-    double num = 0, den = 0;
-    for (int64_t e = 0; e < g64[k].numel(); ++e) {
-      double d = g32[k].getAsDouble(e) - g64[k].getAsDouble(e);
-      num += d * d;
-      den += g64[k].getAsDouble(e) * g64[k].getAsDouble(e);
-    }
-    worst = std::max(worst, std::sqrt(num) / std::max(std::sqrt(den), 1e-12));
-  }
-  return worst;
-}
 
 // --- MatMul ---
 
