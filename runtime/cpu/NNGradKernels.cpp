@@ -74,20 +74,6 @@ template <class T> struct LogSoftmaxGradK {
 
 // --- LayerNormalization / RMSNormalization ---
 
-// Offsets of every index of dims [begin, end) of x into a tensor with the
-// given broadcast strides, in row-major order.
-std::vector<int64_t> offsetsOver(const Shape &x, const std::vector<int64_t> &strides, size_t begin, size_t end) {
-  std::vector<int64_t> offs{0};
-  for (size_t d = begin; d < end; ++d) {
-    std::vector<int64_t> next;
-    next.reserve(offs.size() * size_t(x[d]));
-    for (int64_t o : offs)
-      for (int64_t i = 0; i < x[d]; ++i) next.push_back(o + i * strides[d]);
-    offs.swap(next);
-  }
-  return offs;
-}
-
 // Scale broadcast to X, split at the axis: element (row, col) of X uses
 // Scale's element outer[row] + inner[col].
 struct ParamIndex {

@@ -244,4 +244,16 @@ llvm::Expected<RotaryDims> rotaryDims(const Attrs &attrs, const Shape &x, const 
   return d;
 }
 
+std::vector<int64_t> offsetsOver(const Shape &x, const std::vector<int64_t> &strides, size_t begin, size_t end) {
+  std::vector<int64_t> offs{0};
+  for (size_t d = begin; d < end; ++d) {
+    std::vector<int64_t> next;
+    next.reserve(offs.size() * size_t(x[d]));
+    for (int64_t o : offs)
+      for (int64_t i = 0; i < x[d]; ++i) next.push_back(o + i * strides[d]);
+    offs.swap(next);
+  }
+  return offs;
+}
+
 } // namespace megac::cpu

@@ -59,4 +59,8 @@ struct RotaryDims {
 llvm::Expected<RotaryDims> rotaryDims(const Attrs &attrs, const Shape &x, const Shape &cos, const Shape &sin,
                                       const Shape *positionIds);
 
+// Offsets of every index of dims [begin, end) of x into a tensor with the
+// given broadcast strides (0 along broadcast dims), in row-major order.
+std::vector<int64_t> offsetsOver(const Shape &x, const std::vector<int64_t> &strides, size_t begin, size_t end);
+
 } // namespace megac::cpu

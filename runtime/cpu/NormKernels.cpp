@@ -39,20 +39,6 @@ struct NormParam {
 constexpr auto times = [](double a, double b) { return a * b; };
 constexpr auto plus = [](double a, double b) { return a + b; };
 
-// Offsets of every index of dims [begin, end) of x into a tensor with the
-// given broadcast strides (0 along broadcast dims), in row-major order.
-std::vector<int64_t> offsetsOver(const Shape &x, const std::vector<int64_t> &strides, size_t begin, size_t end) {
-  std::vector<int64_t> offs{0};
-  for (size_t d = begin; d < end; ++d) {
-    std::vector<int64_t> next;
-    next.reserve(offs.size() * size_t(x[d]));
-    for (int64_t o : offs)
-      for (int64_t i = 0; i < x[d]; ++i) next.push_back(o + i * strides[d]);
-    offs.swap(next);
-  }
-  return offs;
-}
-
 NormParam makeNormParam(const Tensor &p, const Shape &x, int64_t axis) {
   NormParam r;
   r.values = readAll<double>(p);
