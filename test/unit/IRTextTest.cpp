@@ -128,7 +128,9 @@ void expectSameGraph(const Graph &a, const Graph &b) {
     EXPECT_EQ(x->kind, y->kind) << name;
     EXPECT_EQ(x->frozen, y->frozen) << name;
     EXPECT_EQ(x->data.has_value(), y->data.has_value()) << name;
-    if (x->data && y->data) EXPECT_TRUE(x->data->identical(*y->data)) << name << " data differs";
+    if (x->data && y->data) {
+      EXPECT_TRUE(x->data->identical(*y->data)) << name << " data differs";
+    }
     EXPECT_EQ(x->external.has_value(), y->external.has_value()) << name;
     if (x->external && y->external) {
       EXPECT_EQ(x->external->location, y->external->location);
@@ -148,7 +150,9 @@ void expectSameGraph(const Graph &a, const Graph &b) {
     EXPECT_EQ(namesOf(a, oa[i]->outputs), namesOf(b, ob[i]->outputs)) << oa[i]->type;
     EXPECT_TRUE(oa[i]->attrs == ob[i]->attrs) << oa[i]->type << " attributes differ";
     for (ValueId o : ob[i]->outputs)
-      if (o != kNoValue) EXPECT_EQ(b.value(o).producer, int32_t(i)) << b.value(o).name;
+      if (o != kNoValue) {
+        EXPECT_EQ(b.value(o).producer, int32_t(i)) << b.value(o).name;
+      }
   }
 }
 
@@ -547,7 +551,9 @@ const char *kValid = R"(graph @v opset 20 {
 
 std::unique_ptr<Graph> validGraph() {
   auto g = parseOk(kValid);
-  if (g) EXPECT_EQ(verifyError(*g), "<verified>");
+  if (g) {
+    EXPECT_EQ(verifyError(*g), "<verified>");
+  }
   return g;
 }
 

@@ -80,7 +80,9 @@ TEST(Data, HeaderlessUint16WindowsAreShiftedByOne) {
   for (int64_t b = 0; b < 4; ++b)
     for (int64_t s = 0; s < 8; ++s) {
       EXPECT_EQ(y.data<int64_t>()[b * 8 + s], x.data<int64_t>()[b * 8 + s] + 1);
-      if (s) EXPECT_EQ(x.data<int64_t>()[b * 8 + s], x.data<int64_t>()[b * 8 + s - 1] + 1);
+      if (s) {
+        EXPECT_EQ(x.data<int64_t>()[b * 8 + s], x.data<int64_t>()[b * 8 + s - 1] + 1);
+      }
     }
   // Deterministic in (seed, index); another index draws other windows.
   Tensor x2, y2, x3, y3;
