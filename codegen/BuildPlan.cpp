@@ -1,6 +1,7 @@
 #include "codegen/BuildPlan.h"
 
 #include "passes/Pass.h"
+#include "runtime/core/Hash.h"
 #include "passes/UnitInfo.h"
 #include "passes/autodiff/Autodiff.h"
 
@@ -129,12 +130,6 @@ UnitGraph extractUnit(Graph &full, const passes::UnitInfo &u) {
   return ug;
 }
 
-uint64_t fnv1a(uint64_t h, const void *data, size_t n) {
-  const auto *p = static_cast<const uint8_t *>(data);
-  for (size_t i = 0; i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return h;
-}
-
 // How HF initializes a weight, judged from its use: matrices N(0, 0.02);
 // vectors that scale (norm weights) ones; other vectors (biases) zeros.
 plan::Parameter::Init initKind(const Graph &g, ValueId p, const std::vector<std::vector<int32_t>> &users) {
@@ -201,7 +196,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
   std::map<ValueId, int32_t> paramId;
   auto users = g.computeUsers();
   int64_t offset = 0;
-  uint64_t hash = 1469598103934665603ull;
+  uint64_t hash = kFnvOffset;
   bool allData = true;
   for (size_t ui = 0; ui < units->size(); ++ui)
     for (ValueId p : (*units)[ui].params) {
@@ -233,7 +228,6 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
         return graphError(g, "parameter '" + v.name + "' is " + dtypeName(v.type.dtype) +
                                  "; megac trains fp32 master weights: export the model in float32");
     }
-  plan.set_total_parameters(0);
   int64_t total = 0;
   for (const auto &p : plan.parameters()) total += p.numel();
   plan.set_total_parameters(total);

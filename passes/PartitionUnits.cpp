@@ -10,6 +10,7 @@
 #include "passes/UnitInfo.h"
 
 #include "ir/Printer.h"
+#include "runtime/core/Hash.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -45,10 +46,7 @@ Analysis analyze(const Graph &g) {
 }
 
 std::string hashTensor(const Tensor &t) {
-  uint64_t h = 1469598103934665603ull;
-  const auto *p = static_cast<const uint8_t *>(t.raw());
-  for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
-  return std::to_string(h);
+  return std::to_string(fnv1a(kFnvOffset, t.raw(), t.nbytes()));
 }
 
 std::string attrText(const Attrs &attrs) {

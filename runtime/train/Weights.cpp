@@ -1,5 +1,6 @@
 #include "runtime/train/Weights.h"
 
+#include "runtime/core/Hash.h"
 #include "runtime/core/TensorFile.h"
 
 #include "onnx.pb.h"
@@ -24,11 +25,9 @@ static llvm::Error err(const llvm::Twine &m) {
 }
 
 uint64_t hashParameters(const plan::Plan &plan, const HostState &state) {
-  uint64_t h = 1469598103934665603ull;
-  for (const plan::Parameter &p : plan.parameters()) {
-    const auto *b = reinterpret_cast<const uint8_t *>(state.params.data() + p.host_offset());
-    for (int64_t i = 0; i < p.numel() * 4; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  }
+  uint64_t h = kFnvOffset;
+  for (const plan::Parameter &p : plan.parameters())
+    h = fnv1a(h, state.params.data() + p.host_offset(), size_t(p.numel()) * 4);
   return h;
 }
 
