@@ -4,8 +4,6 @@
 
 #include "onnx.pb.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl.h>
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -25,10 +23,7 @@ static std::string shapeText(const Shape &s) { return shapeToString(s); }
 static llvm::Error parseModel(const std::string &path, onnx::ModelProto &model) {
   auto buf = llvm::MemoryBuffer::getFile(path, false, false);
   if (!buf) return err(path + ": cannot read the model: " + buf.getError().message());
-  google::protobuf::io::ArrayInputStream ais((*buf)->getBufferStart(), int((*buf)->getBufferSize()));
-  google::protobuf::io::CodedInputStream cis(&ais);
-  cis.SetTotalBytesLimit(INT_MAX);
-  if (!model.ParseFromCodedStream(&cis) || !cis.ConsumedEntireMessage() || !model.has_graph())
+  if (!parseWholeMessage((*buf)->getBuffer(), model) || !model.has_graph())
     return err(path + ": not a valid ONNX model");
   return llvm::Error::success();
 }

@@ -6,14 +6,11 @@
 
 #include "onnx.pb.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl.h>
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
-#include <climits>
 #include <set>
 
 namespace megac::frontend {
@@ -91,10 +88,7 @@ private:
   llvm::Error parse() {
     auto buf = llvm::MemoryBuffer::getFile(path_, false, false);
     if (!buf) return fail(path_, "cannot read: " + buf.getError().message());
-    google::protobuf::io::ArrayInputStream ais((*buf)->getBufferStart(), int((*buf)->getBufferSize()));
-    google::protobuf::io::CodedInputStream cis(&ais);
-    cis.SetTotalBytesLimit(INT_MAX);
-    if (!model_.ParseFromCodedStream(&cis) || !cis.ConsumedEntireMessage())
+    if (!parseWholeMessage((*buf)->getBuffer(), model_))
       return fail(path_, "not a valid ONNX model (the protobuf does not parse: truncated or corrupt file?)");
     if (!model_.has_graph()) return fail(path_, "not a valid ONNX model (no graph)");
     return llvm::Error::success();

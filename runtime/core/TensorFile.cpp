@@ -2,6 +2,11 @@
 
 #include "onnx.pb.h"
 
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl.h>
+
+#include <climits>
+
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
@@ -18,6 +23,13 @@ namespace megac {
 
 static llvm::Error err(const llvm::Twine &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+bool parseWholeMessage(llvm::StringRef bytes, google::protobuf::MessageLite &m) {
+  google::protobuf::io::ArrayInputStream ais(bytes.data(), int(bytes.size()));
+  google::protobuf::io::CodedInputStream cis(&ais);
+  cis.SetTotalBytesLimit(INT_MAX);
+  return m.ParseFromCodedStream(&cis) && cis.ConsumedEntireMessage();
 }
 
 bool hasExternalData(const onnx::TensorProto &p) {

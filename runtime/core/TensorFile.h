@@ -10,6 +10,9 @@
 namespace onnx {
 class TensorProto;
 }
+namespace google::protobuf {
+class MessageLite;
+}
 
 namespace megac {
 
@@ -26,6 +29,10 @@ llvm::Expected<ExternalLocation> externalLocation(const onnx::TensorProto &p, co
 // Reads `bytes` bytes for `what` from baseDir/location at offset.
 llvm::Error readExternal(const std::string &baseDir, const ExternalLocation &loc, const std::string &what,
                          void *dst, int64_t bytes);
+
+// Parses a whole serialized message past protobuf's default 64 MiB limit
+// (ONNX graphs and plans of large models); false if it does not parse.
+bool parseWholeMessage(llvm::StringRef bytes, google::protobuf::MessageLite &m);
 
 void tensorToProto(const Tensor &t, const std::string &name, onnx::TensorProto &p);
 

@@ -2,12 +2,9 @@
 
 #include "runtime/core/TensorFile.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl.h>
 
 #include "llvm/Support/MemoryBuffer.h"
 
-#include <climits>
 #include <cstring>
 
 namespace megac::plan {
@@ -32,11 +29,8 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
   if (data.size() < sizeof kMagic || std::memcmp(data.data(), kMagic, sizeof kMagic) != 0)
     return err(path + ": not a megac plan file");
   data = data.drop_front(sizeof kMagic);
-  google::protobuf::io::ArrayInputStream ais(data.data(), int(data.size()));
-  google::protobuf::io::CodedInputStream cis(&ais);
-  cis.SetTotalBytesLimit(INT_MAX);
   Plan p;
-  if (!p.ParseFromCodedStream(&cis)) return err(path + ": the plan is truncated or corrupt");
+  if (!parseWholeMessage(data, p)) return err(path + ": the plan is truncated or corrupt");
   if (p.format_version() != kFormatVersion)
     return err(path + ": plan format version " + llvm::Twine(p.format_version()) + " (megac " + p.megac_version() +
                "); this megac reads version " + llvm::Twine(kFormatVersion) + ": recompile the model with megac compile");

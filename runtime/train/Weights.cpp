@@ -5,14 +5,11 @@
 
 #include "onnx.pb.h"
 
-#include <google/protobuf/io/coded_stream.h>
-#include <google/protobuf/io/zero_copy_stream_impl.h>
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
-#include <climits>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -49,10 +46,7 @@ llvm::Expected<int> loadInitialWeights(const plan::Plan &plan, HostState &state,
   bool haveModel = false;
   auto buf = llvm::MemoryBuffer::getFile(path, false, false);
   if (buf) {
-    google::protobuf::io::ArrayInputStream ais((*buf)->getBufferStart(), int((*buf)->getBufferSize()));
-    google::protobuf::io::CodedInputStream cis(&ais);
-    cis.SetTotalBytesLimit(INT_MAX);
-    if (!model.ParseFromCodedStream(&cis)) return err(path + ": not a valid ONNX model");
+    if (!parseWholeMessage((*buf)->getBuffer(), model)) return err(path + ": not a valid ONNX model");
     haveModel = true;
   } else if (!opts.init) {
     return err(path + ": cannot read the model's weights (" + buf.getError().message() +
