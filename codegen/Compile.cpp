@@ -1,6 +1,5 @@
 #include "codegen/Compile.h"
 
-#include "llvm/Support/Regex.h"
 
 namespace megac::codegen {
 
@@ -16,13 +15,7 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
   opts.ignoreIndex = passOpts.ignoreIndex;
   auto plan = buildPlan(**g, opts);
   if (!plan) return plan.takeError();
-  if (!opts.optimizer.no_decay().empty()) {
-    llvm::Regex re("^(" + opts.optimizer.no_decay() + ")$");
-    std::string why;
-    if (!re.isValid(why))
-      return llvm::createStringError(llvm::inconvertibleErrorCode(), "--no-decay: bad regex: " + why);
-    for (auto &p : *plan->mutable_parameters()) p.set_decay(!re.match(p.name()));
-  }
+  if (auto e = plan::applyNoDecay(*plan)) return std::move(e);
   return plan;
 }
 

@@ -4,6 +4,7 @@
 
 
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Regex.h"
 
 #include <cstring>
 
@@ -35,6 +36,15 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
     return err(path + ": plan format version " + llvm::Twine(p.format_version()) + " (megac " + p.megac_version() +
                "); this megac reads version " + llvm::Twine(kFormatVersion) + ": recompile the model with megac compile");
   return p;
+}
+
+llvm::Error applyNoDecay(Plan &p) {
+  const std::string &pattern = p.optimizer().no_decay();
+  llvm::Regex re("^(" + pattern + ")$");
+  std::string why;
+  if (!pattern.empty() && !re.isValid(why)) return err("--no-decay: bad regex: " + why);
+  for (auto &param : *p.mutable_parameters()) param.set_decay(pattern.empty() || !re.match(param.name()));
+  return llvm::Error::success();
 }
 
 TensorType typeProto(megac::DType dtype, const Shape &shape) {

@@ -17,6 +17,10 @@ llvm::Error writePlan(const Plan &p, const std::string &path);
 // Refuses files that are not plans or were written by another format version.
 llvm::Expected<Plan> readPlan(const std::string &path);
 
+// Sets each parameter's weight-decay flag from the optimizer's no_decay
+// regex (matched against the whole name; empty: every parameter decays).
+llvm::Error applyNoDecay(Plan &p);
+
 // Conversions between the plan's messages and runtime tensors/attributes.
 void toProto(const megac::Tensor &t, Constant &c);
 llvm::Expected<megac::Tensor> fromProto(const Constant &c);

@@ -8,7 +8,6 @@
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Format.h"
-#include "llvm/Support/Regex.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -156,10 +155,8 @@ static int trainOnPlan(plan::Plan plan) {
     return reportError(flagError("--device cuda: this megac was built without the CUDA runtime"));
   if (!Device.empty() && Device != "cpu") return reportError(flagError("--device must be cpu or cuda"));
   if (auto e = applyOptimizerFlags(*plan.mutable_optimizer(), /*all=*/false)) return reportError(std::move(e));
-  if (NoDecay.getNumOccurrences()) {
-    llvm::Regex re("^(" + NoDecay + ")$");
-    for (auto &p : *plan.mutable_parameters()) p.set_decay(NoDecay.empty() || !re.match(p.name()));
-  }
+  if (NoDecay.getNumOccurrences())
+    if (auto e = plan::applyNoDecay(plan)) return reportError(std::move(e));
   runtime::TrainLoopOptions lo;
   lo.steps = Steps;
   if (Steps <= 0) return reportError(flagError("--steps N is required (N > 0)"));
