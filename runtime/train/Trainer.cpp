@@ -19,6 +19,9 @@ llvm::Expected<std::unique_ptr<Trainer>> Trainer::create(const plan::Plan &plan)
     t->forward_.push_back(std::move(*f));
     t->backward_.push_back(std::move(*b));
   }
+  for (int i = 0; i < plan.activations_size(); ++i)
+    if (plan.activations(i).kind() == plan::Activation::LOSS) t->lossId_ = i;
+  if (t->lossId_ < 0) return err("the plan has no loss");
   for (const plan::Parameter &p : plan.parameters())
     t->hostElements_ = std::max(t->hostElements_, p.host_offset() + (p.numel() + 15) / 16 * 16);
   t->state_.params.assign(size_t(t->hostElements_), 0.0f);
@@ -87,9 +90,7 @@ llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, co
 llvm::Expected<double> Trainer::evalLoss(const Tensor &tokens, const Tensor &targets) {
   auto acts = runForward(tokens, targets, nullptr);
   if (!acts) return acts.takeError();
-  for (int i = 0; i < plan_.activations_size(); ++i)
-    if (plan_.activations(i).kind() == plan::Activation::LOSS) return (*acts)[size_t(i)].getAsDouble(0);
-  return err("the plan has no loss");
+  return (*acts)[size_t(lossId_)].getAsDouble(0);
 }
 
 llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
@@ -97,16 +98,11 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
   std::vector<std::vector<Tensor>> checkpoints;
   auto acts = runForward(tokens, targets, &checkpoints);
   if (!acts) return acts.takeError();
-  double loss = NAN;
+  double loss = (*acts)[size_t(lossId_)].getAsDouble(0);
   std::vector<Tensor> gacts(acts->size());
-  for (int i = 0; i < plan_.activations_size(); ++i)
-    if (plan_.activations(i).kind() == plan::Activation::LOSS) {
-      loss = (*acts)[size_t(i)].getAsDouble(0);
-      Tensor seed(DType(int(plan_.activations(i).type().dtype())), {});
-      seed.setFromDouble(0, lossScale);
-      gacts[size_t(i)] = seed;
-    }
-  if (std::isnan(loss) && plan_.activations_size() == 0) return err("the plan has no loss");
+  Tensor seed(DType(int(plan_.activations(lossId_).type().dtype())), {});
+  seed.setFromDouble(0, lossScale);
+  gacts[size_t(lossId_)] = seed;
   // Parameters used by several units (tied weights) collect their gradient
   // here until the last contribution arrives.
   std::vector<int> pending(size_t(plan_.parameters_size()));

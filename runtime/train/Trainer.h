@@ -51,6 +51,7 @@ private:
   std::vector<PreparedProgram> forward_, backward_;
   HostState state_;
   int64_t hostElements_ = 0;
+  int32_t lossId_ = -1; // the LOSS activation
   AdamWHyper hyper_;
 };
 
