@@ -287,20 +287,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
         results.push_back(gv);
       }
       // Drop the forward ops the gradients do not need.
-      std::vector<bool> needed(bg.values.size(), false);
-      for (ValueId r2 : results) needed[size_t(r2)] = true;
-      for (size_t i = bg.ops.size(); i-- > 0;) {
-        Op &op = bg.ops[i];
-        if (op.dead) continue;
-        bool used = false;
-        for (ValueId o : op.outputs) used |= o != kNoValue && needed[size_t(o)];
-        if (!used) {
-          op.dead = true;
-          continue;
-        }
-        for (ValueId in : op.inputs)
-          if (in != kNoValue) needed[size_t(in)] = true;
-      }
+      passes::markUnusedOpsDead(bg, results);
       std::vector<ValueId> bwdArgs = fwdArgs;
       bwdArgs.insert(bwdArgs.end(), seeds.begin(), seeds.end());
       auto bwd = toProgram(bg, bwdArgs, results);

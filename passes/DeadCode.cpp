@@ -5,9 +5,9 @@ namespace megac::passes {
 
 using namespace ir;
 
-llvm::Error eliminateDeadCode(Graph &g, const PassOptions &) {
+void markUnusedOpsDead(Graph &g, const std::vector<ValueId> &roots) {
   std::vector<bool> live(g.values.size(), false);
-  for (ValueId o : g.outputs) live[size_t(o)] = true;
+  for (ValueId o : roots) live[size_t(o)] = true;
   for (size_t i = g.ops.size(); i-- > 0;) {
     Op &op = g.ops[i];
     if (op.dead) continue;
@@ -20,6 +20,10 @@ llvm::Error eliminateDeadCode(Graph &g, const PassOptions &) {
     for (ValueId in : op.inputs)
       if (in != kNoValue) live[size_t(in)] = true;
   }
+}
+
+llvm::Error eliminateDeadCode(Graph &g, const PassOptions &) {
+  markUnusedOpsDead(g, g.outputs);
   g.compact();
   return llvm::Error::success();
 }
