@@ -1,5 +1,6 @@
 #include "codegen/BuildPlan.h"
 
+#include "codegen/PlanMemory.h"
 #include "passes/Pass.h"
 #include "runtime/core/Hash.h"
 #include "passes/UnitInfo.h"
@@ -198,7 +199,11 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
   int64_t offset = 0;
   uint64_t hash = kFnvOffset;
   bool allData = true;
-  for (size_t ui = 0; ui < units->size(); ++ui)
+  // Host layout: each unit's new parameters form one 4 KB-aligned block, each
+  // parameter 256-byte aligned in unit order, which is the weight-slot layout
+  // (plan::unitWeightLayout): the GPU runtime streams such a unit in one DMA.
+  for (size_t ui = 0; ui < units->size(); ++ui) {
+    offset = (offset + 1023) / 1024 * 1024;
     for (ValueId p : (*units)[ui].params) {
       if (paramId.count(p)) {
         plan.mutable_parameters(paramId[p])->add_units(int32_t(ui));
@@ -211,7 +216,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
       int64_t n = numElements(v.type.shape);
       pp->set_numel(n);
       pp->set_host_offset(offset);
-      offset += (n + 15) / 16 * 16; // 64-byte aligned starts
+      offset += (n + 63) / 64 * 64;
       pp->set_has_data(v.hasData());
       pp->set_init(initKind(g, p, users));
       pp->set_init_std(0.02f);
@@ -228,6 +233,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
         return graphError(g, "parameter '" + v.name + "' is " + dtypeName(v.type.dtype) +
                                  "; megac trains fp32 master weights: export the model in float32");
     }
+  }
   int64_t total = 0;
   for (const auto &p : plan.parameters()) total += p.numel();
   plan.set_total_parameters(total);
@@ -303,6 +309,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
     for (ValueId p : u.params) pu->add_parameters(paramId.at(p));
     for (ValueId o : u.activationOut) pu->add_activation_outputs(activation(o));
   }
+  if (auto e = assignArenas(plan)) return std::move(e);
   return plan;
 }
 

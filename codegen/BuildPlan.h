@@ -3,6 +3,7 @@
 // partition-units) into a plan: one forward and one backward program per
 // distinct unit structure (the layer templates), the units binding
 // parameters and activations to them, and the parameter table.
+#include "codegen/StreamSchedule.h"
 #include "ir/Graph.h"
 #include "runtime/plan/PlanIO.h"
 
@@ -14,6 +15,7 @@ struct CodegenOptions {
   std::string compute = "fp32";
   int64_t ignoreIndex = -100;
   bool hashWeights = true;
+  ScheduleOptions schedule; // streaming schedule and budgets (compileForTraining)
 };
 
 llvm::Expected<plan::Plan> buildPlan(ir::Graph &g, const CodegenOptions &opts);

@@ -1,9 +1,12 @@
 #include "codegen/Compile.h"
 
+#include "codegen/Budget.h"
+#include "runtime/plan/PlanChecker.h"
 
 namespace megac::codegen {
 
-llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, const frontend::ImportOptions &import,
+// Everything but the budget checks and the plan checker.
+static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, const frontend::ImportOptions &import,
                                               const passes::PassOptions &passOpts, const CodegenOptions &co) {
   auto g = frontend::importOnnx(modelPath, import);
   if (!g) return g.takeError();
@@ -16,6 +19,36 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
   auto plan = buildPlan(**g, opts);
   if (!plan) return plan.takeError();
   if (auto e = plan::applyNoDecay(*plan)) return std::move(e);
+  if (auto e = buildStreamSchedule(*plan, co.schedule)) return std::move(e);
+  return plan;
+}
+
+static frontend::ImportOptions atShape(frontend::ImportOptions io, int64_t batch, int64_t seq) {
+  io.batch = batch;
+  io.seq = seq;
+  if (io.firstInputShape && io.firstInputShape->size() >= 2) {
+    (*io.firstInputShape)[0] = batch;
+    (*io.firstInputShape)[1] = seq;
+  }
+  return io;
+}
+
+llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, const frontend::ImportOptions &import,
+                                              const passes::PassOptions &passOpts, const CodegenOptions &co) {
+  auto plan = compilePlan(modelPath, import, passOpts, co);
+  if (!plan) return plan.takeError();
+  if (plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes())
+    return overBudgetError(*plan, [&](int64_t batch, int64_t seq) -> llvm::Expected<int64_t> {
+      auto smaller = compilePlan(modelPath, atShape(import, batch, seq), passOpts, co);
+      if (!smaller) return smaller.takeError();
+      return smaller->schedule().device_bytes();
+    });
+  if (co.schedule.hostBudgetBytes > 0)
+    if (auto e = checkHostBudget(*plan, co.schedule.hostBudgetBytes)) return std::move(e);
+  if (auto e = plan::checkPlan(*plan))
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "internal error: the compiled plan fails the plan checker: " +
+                                       llvm::toString(std::move(e)));
   return plan;
 }
 

@@ -9,6 +9,8 @@ const std::vector<PassInfo> &allPasses() {
       {"lower-sequences", "replace SplitToSequence/SequenceAt pairs by Split outputs", lowerSequences},
       {"fold-nan-guards", "drop Where(IsNaN(softmax), 0, softmax) guards that cannot fire", foldNanGuards},
       {"dce", "remove ops whose results are never used", eliminateDeadCode},
+      {"fuse-attention", "rewrite softmax(scale * Q K^T + mask) V written as separate ops into Attention",
+       fuseAttention},
       {"verify", "check the IR's invariants", verify},
       {"append-loss", "append the mean token cross-entropy against a new `targets` input", appendLoss},
       {"partition-units", "split the model into stream units (embedding, each layer, head) by structure",
@@ -31,8 +33,8 @@ llvm::Error runPass(ir::Graph &g, llvm::StringRef name, const PassOptions &opts)
 }
 
 const std::vector<std::string> &importPipeline() {
-  static const std::vector<std::string> p = {"classify-params", "specialize", "lower-sequences",
-                                             "specialize",      "fold-nan-guards", "dce", "verify"};
+  static const std::vector<std::string> p = {"classify-params", "specialize", "lower-sequences", "specialize",
+                                             "fold-nan-guards", "dce",        "fuse-attention",  "verify"};
   return p;
 }
 

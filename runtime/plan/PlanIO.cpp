@@ -1,6 +1,7 @@
 #include "runtime/plan/PlanIO.h"
 
 #include "runtime/core/TensorFile.h"
+#include "runtime/plan/PlanChecker.h"
 
 
 #include "llvm/Support/MemoryBuffer.h"
@@ -35,6 +36,8 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
   if (p.format_version() != kFormatVersion)
     return err(path + ": plan format version " + llvm::Twine(p.format_version()) + " (megac " + p.megac_version() +
                "); this megac reads version " + llvm::Twine(kFormatVersion) + ": recompile the model with megac compile");
+  if (p.has_schedule())
+    if (auto e = checkPlan(p)) return err(path + ": " + llvm::toString(std::move(e)));
   return p;
 }
 

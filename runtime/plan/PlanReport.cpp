@@ -1,6 +1,7 @@
 #include "runtime/plan/PlanReport.h"
 
 #include "runtime/core/DType.h"
+#include "runtime/plan/StreamLayout.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -9,6 +10,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <set>
 
 namespace megac::plan {
@@ -48,7 +50,85 @@ static llvm::Error checkIds(const Plan &p) {
   return llvm::Error::success();
 }
 
-llvm::Expected<PlanReport> reportPlan(const Plan &p) {
+const char *deviceCategoryName(DeviceRegion::Kind k) {
+  switch (k) {
+  case DeviceRegion::WEIGHT_SLOT: return "weight slots";
+  case DeviceRegion::GRAD_SLOT: return "grad slots";
+  case DeviceRegion::CHECKPOINT: return "checkpoints";
+  case DeviceRegion::ACTIVATION_GRAD: return "activation grads";
+  case DeviceRegion::ARENA: return "arena";
+  case DeviceRegion::WORKSPACE: return "workspace";
+  case DeviceRegion::DATA: return "data";
+  case DeviceRegion::CONSTANTS: return "constants";
+  default: return "unknown";
+  }
+}
+
+// Bytes covered by the union of [offset, offset + bytes) ranges.
+static int64_t unionBytes(std::vector<std::pair<int64_t, int64_t>> ranges) {
+  std::sort(ranges.begin(), ranges.end());
+  int64_t bytes = 0, covered = std::numeric_limits<int64_t>::min();
+  for (auto [begin, end] : ranges) {
+    begin = std::max(begin, covered);
+    if (end > begin) {
+      bytes += end - begin;
+      covered = end;
+    }
+  }
+  return bytes;
+}
+
+static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const MachineProfile &profile,
+                                  ScheduleReport &r) {
+  const StreamSchedule &s = p.schedule();
+  r.weightSlots = s.weight_slots();
+  r.gradSlots = s.grad_slots();
+  r.weightSlotBytes = s.weight_slot_bytes();
+  r.gradSlotBytes = s.grad_slot_bytes();
+  r.actions = s.actions_size();
+  r.deviceBytes = s.device_bytes();
+  r.gpuBudgetBytes = s.gpu_budget_bytes();
+  for (int k = DeviceRegion::Kind_MIN; k <= DeviceRegion::Kind_MAX; ++k) {
+    if (!DeviceRegion::Kind_IsValid(k)) continue;
+    DeviceCategory c;
+    c.kind = DeviceRegion::Kind(k);
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const DeviceRegion &d : s.regions()) {
+      if (d.kind() != c.kind) continue;
+      ++c.regions;
+      c.sumBytes += d.bytes();
+      ranges.push_back({d.offset(), d.offset() + d.bytes()});
+    }
+    c.footprintBytes = unionBytes(std::move(ranges));
+    r.device.push_back(c);
+  }
+
+  r.pinnedStagingBytes = s.pinned_staging_bytes();
+  r.hostBytes = m.masterWeightBytes + m.adamMomentBytes + m.gradientBytes + r.pinnedStagingBytes;
+  r.bytesPerParameter = m.parameters > 0 ? double(r.hostBytes) / double(m.parameters) : 0;
+
+  for (const StreamAction &a : s.actions()) {
+    if (a.kind() != StreamAction::PREFETCH && a.kind() != StreamAction::OFFLOAD) continue;
+    if (a.unit() < 0 || a.unit() >= p.units_size())
+      return err("schedule action refers to unit " + llvm::Twine(a.unit()) + ", which does not exist");
+    int64_t bytes = unitWeightLayout(p, a.unit()).bytes;
+    (a.kind() == StreamAction::PREFETCH ? r.h2dBytesPerMicroBatch : r.d2hBytesPerMicroBatch) += bytes;
+  }
+  r.h2dBytesPerStep = r.h2dBytesPerMicroBatch * m.microBatchesPerStep;
+  r.d2hBytesPerStep = r.d2hBytesPerMicroBatch * m.microBatchesPerStep;
+
+  r.profileName = profile.description;
+  auto prediction = predictStep(p, profile);
+  if (prediction) {
+    r.predicted = true;
+    r.prediction = std::move(*prediction);
+  } else {
+    r.predictionError = llvm::toString(prediction.takeError());
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profile) {
   if (auto e = checkIds(p)) return std::move(e);
   PlanReport r;
   for (const Template &t : p.templates()) {
@@ -96,6 +176,10 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p) {
   m.bytesPerParameter = m.keepsGradients ? 16 : 12;
   m.streamBytesPerMicroBatch = m.streamWeightsInBytes + m.streamGradientsOutBytes;
   m.streamBytesPerStep = m.streamBytesPerMicroBatch * m.microBatchesPerStep;
+  if (p.has_schedule()) {
+    r.hasSchedule = true;
+    if (auto e = reportSchedule(p, m, profile, r.schedule)) return std::move(e);
+  }
   return r;
 }
 
@@ -142,6 +226,95 @@ static void printBytes(llvm::raw_ostream &os, int64_t bytes) {
   os << bytes << " bytes (" << llvm::format("%.6f", gib(bytes)) << " GiB)";
 }
 
+static std::string microBatches(int64_t n) { return std::to_string(n) + (n == 1 ? " micro-batch" : " micro-batches"); }
+
+// Seconds in the unit that suits them: "12.345 ms".
+static std::string seconds(double s) {
+  char buf[48];
+  if (s >= 1) std::snprintf(buf, sizeof buf, "%.3f s", s);
+  else if (s >= 1e-3) std::snprintf(buf, sizeof buf, "%.3f ms", s * 1e3);
+  else std::snprintf(buf, sizeof buf, "%.3f us", s * 1e6);
+  return buf;
+}
+
+static void printHost(llvm::raw_ostream &os, const MemoryReport &m) {
+  os << "\nhost memory (exact):\n";
+  os << "  fp32 master weights:  ";
+  printBytes(os, m.masterWeightBytes);
+  os << "\n  AdamW m and v:        ";
+  printBytes(os, m.adamMomentBytes);
+  os << "\n  step gradients:       ";
+  printBytes(os, m.gradientBytes);
+  os << (m.keepsGradients ? " (kept: clip > 0 or grad-accum > 1)" : " (not kept: no clip, grad-accum 1)");
+  os << "\n  total:                ";
+  printBytes(os, m.hostBytes);
+  os << ", " << m.bytesPerParameter << " bytes per parameter\n";
+}
+
+static void printHostWithSchedule(llvm::raw_ostream &os, const MemoryReport &m, const ScheduleReport &s) {
+  os << "\nhost memory (exact):\n";
+  os << "  fp32 master weights:     ";
+  printBytes(os, m.masterWeightBytes);
+  os << "\n  AdamW m and v:           ";
+  printBytes(os, m.adamMomentBytes);
+  os << "\n  pinned gradient staging: ";
+  printBytes(os, s.pinnedStagingBytes);
+  os << " (" << s.gradSlots << " slots)";
+  os << "\n  step gradients:          ";
+  printBytes(os, m.gradientBytes);
+  os << (m.keepsGradients ? " (kept: clip > 0 or grad-accum > 1)" : " (not kept: no clip, grad-accum 1)");
+  os << "\n  total:                   ";
+  printBytes(os, s.hostBytes);
+  os << ", " << llvm::format("%.4f", s.bytesPerParameter) << " bytes per parameter\n";
+}
+
+static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
+  os << "\nGPU memory (one allocation; " << s.weightSlots << " weight slots, " << s.gradSlots << " grad slots):\n";
+  for (const DeviceCategory &c : s.device) {
+    std::string label = std::string(deviceCategoryName(c.kind)) + ":";
+    os << "  " << llvm::left_justify(label, 18);
+    printBytes(os, c.footprintBytes);
+    os << ", " << c.regions << (c.regions == 1 ? " region" : " regions");
+    if (c.sumBytes != c.footprintBytes) os << " (" << c.sumBytes << " bytes before sharing)";
+    os << "\n";
+  }
+  os << "  peak (the allocation): ";
+  printBytes(os, s.deviceBytes);
+  os << " of a budget of ";
+  printBytes(os, s.gpuBudgetBytes);
+  os << "\n";
+}
+
+static void printMoved(llvm::raw_ostream &os, const MemoryReport &m, const ScheduleReport &s) {
+  os << "\nmoved per step (" << microBatches(m.microBatchesPerStep) << "):\n";
+  os << "  host to device (weights):   ";
+  printBytes(os, s.h2dBytesPerStep);
+  os << "\n  device to host (gradients): ";
+  printBytes(os, s.d2hBytesPerStep);
+  os << "\n";
+}
+
+static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s) {
+  os << "\npredicted (cost model, profile: " << s.profileName << "), unvalidated:\n";
+  if (!s.predicted) {
+    os << "  not available: " << s.predictionError << "\n";
+    return;
+  }
+  const StepPrediction &pr = s.prediction;
+  os << "  step time: " << seconds(pr.stepSeconds) << " per micro-batch (" << s.actions << " actions)\n";
+  os << "  busy:";
+  for (int lane = 0; lane < kNumLanes; ++lane)
+    os << (lane ? ", " : " ") << laneName(lane) << " " << seconds(pr.laneBusy[lane]);
+  os << "\n  critical path:";
+  for (int lane = 0; lane < kNumLanes; ++lane)
+    os << (lane ? ", " : " ") << laneName(lane) << " " << seconds(pr.criticalPath[lane]);
+  os << "\n  bottleneck: " << laneName(pr.bottleneck) << "\n";
+  os << "  TFLOPS: " << llvm::format("%.2f", pr.tflops) << " (6 x parameters x batch x seq / step time)\n";
+  os << "  device memory in use: peak ";
+  printBytes(os, pr.peakMemoryBytes);
+  os << "\n";
+}
+
 void printPlanReport(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os) {
   const MemoryReport &m = r.memory;
   os << "plan: " << planPath << "\n";
@@ -185,31 +358,28 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   os << "\nparameters: " << m.parameters << " total\n";
   for (const UnitReport &u : r.units) os << "  " << u.name << ": " << u.parameters << "\n";
 
-  os << "\nhost memory (exact):\n";
-  os << "  fp32 master weights:  ";
-  printBytes(os, m.masterWeightBytes);
-  os << "\n  AdamW m and v:        ";
-  printBytes(os, m.adamMomentBytes);
-  os << "\n  step gradients:       ";
-  printBytes(os, m.gradientBytes);
-  os << (m.keepsGradients ? " (kept: clip > 0 or grad-accum > 1)" : " (not kept: no clip, grad-accum 1)");
-  os << "\n  total:                ";
-  printBytes(os, m.hostBytes);
-  os << ", " << m.bytesPerParameter << " bytes per parameter\n";
+  if (r.hasSchedule) printHostWithSchedule(os, m, r.schedule);
+  else printHost(os, m);
 
   os << "\nactivation checkpoints (forward to backward, per micro-batch): ";
   printBytes(os, m.checkpointBytes);
   os << "\nlargest unit weights in fp32 (one weight slot): " << m.largestUnit << ", ";
   printBytes(os, m.largestUnitWeightBytes);
-  os << "\n\nstreamed per step (what the CPU backend does now; the GPU memory planner is not implemented yet):\n";
-  os << "  weights in (forward + backward): ";
-  printBytes(os, m.streamWeightsInBytes);
-  os << " per micro-batch\n  gradients out:                   ";
-  printBytes(os, m.streamGradientsOutBytes);
-  os << " per micro-batch\n  per step (" << m.microBatchesPerStep << " micro-batch"
-     << (m.microBatchesPerStep == 1 ? "" : "es") << "): ";
-  printBytes(os, m.streamBytesPerStep);
   os << "\n";
+  if (r.hasSchedule) {
+    printGpuMemory(os, r.schedule);
+    printMoved(os, m, r.schedule);
+    printPrediction(os, r.schedule);
+  } else {
+    os << "\nstreamed per step (what the CPU backend does now; the plan has no GPU schedule):\n";
+    os << "  weights in (forward + backward): ";
+    printBytes(os, m.streamWeightsInBytes);
+    os << " per micro-batch\n  gradients out:                   ";
+    printBytes(os, m.streamGradientsOutBytes);
+    os << " per micro-batch\n  per step (" << microBatches(m.microBatchesPerStep) << "): ";
+    printBytes(os, m.streamBytesPerStep);
+    os << "\n";
+  }
 
   const Optimizer &o = p.optimizer();
   os << "\noptimizer: AdamW\n";
@@ -232,6 +402,53 @@ static llvm::json::Value typeJson(const TensorType &t) {
   llvm::json::Array shape;
   for (int64_t d : t.shape()) shape.push_back(d);
   return llvm::json::Object{{"dtype", megac::dtypeName(megac::DType(int(t.dtype())))}, {"shape", std::move(shape)}};
+}
+
+// Category names as JSON keys: "weight_slots", ...
+static std::string jsonKey(const char *name) {
+  std::string k = name;
+  std::replace(k.begin(), k.end(), ' ', '_');
+  return k;
+}
+
+static llvm::json::Value gpuMemoryJson(const ScheduleReport &s) {
+  llvm::json::Object categories;
+  for (const DeviceCategory &c : s.device)
+    categories[jsonKey(deviceCategoryName(c.kind))] = llvm::json::Object{
+        {"bytes", c.footprintBytes}, {"gib", gib(c.footprintBytes)}, {"regions", c.regions}, {"sum_bytes", c.sumBytes}};
+  return llvm::json::Object{{"categories", std::move(categories)},
+                            {"peak", bytesJson(s.deviceBytes)},
+                            {"budget", bytesJson(s.gpuBudgetBytes)},
+                            {"weight_slots", s.weightSlots},
+                            {"grad_slots", s.gradSlots},
+                            {"weight_slot_bytes", s.weightSlotBytes},
+                            {"grad_slot_bytes", s.gradSlotBytes}};
+}
+
+static llvm::json::Value predictionJson(const ScheduleReport &s) {
+  llvm::json::Object o{{"label", "predicted (cost model, profile: " + utf8(s.profileName) + "), unvalidated"},
+                       {"profile", utf8(s.profileName)},
+                       {"available", s.predicted},
+                       {"actions", s.actions}};
+  if (!s.predicted) {
+    o["error"] = utf8(s.predictionError);
+    return o;
+  }
+  const StepPrediction &pr = s.prediction;
+  llvm::json::Object busy, path;
+  for (int lane = 0; lane < kNumLanes; ++lane) {
+    busy[laneName(lane)] = pr.laneBusy[lane];
+    path[laneName(lane)] = pr.criticalPath[lane];
+  }
+  o["step_seconds"] = pr.stepSeconds;
+  o["per"] = "micro-batch";
+  o["lane_busy_seconds"] = std::move(busy);
+  o["critical_path_seconds"] = std::move(path);
+  o["bottleneck"] = laneName(pr.bottleneck);
+  o["tflops"] = pr.tflops;
+  o["model_flops"] = pr.modelFlops;
+  o["peak_memory_in_use"] = bytesJson(pr.peakMemoryBytes);
+  return o;
 }
 
 void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os) {
@@ -293,13 +510,6 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
       {"largest_unit_weights", llvm::json::Object{{"unit", utf8(m.largestUnit)},
                                                   {"bytes", m.largestUnitWeightBytes},
                                                   {"gib", gib(m.largestUnitWeightBytes)}}},
-      {"streamed",
-       llvm::json::Object{
-           {"note", "what the CPU backend does now; the GPU memory planner is not implemented yet"},
-           {"weights_in_per_micro_batch", bytesJson(m.streamWeightsInBytes)},
-           {"gradients_out_per_micro_batch", bytesJson(m.streamGradientsOutBytes)},
-           {"micro_batches_per_step", m.microBatchesPerStep},
-           {"per_step", bytesJson(m.streamBytesPerStep)}}},
       {"optimizer", llvm::json::Object{{"name", "AdamW"},
                                        {"lr", shortest(o.lr())},
                                        {"schedule", utf8(o.schedule())},
@@ -314,6 +524,27 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
                                        {"no_decay", utf8(o.no_decay())},
                                        {"seed", o.seed()}}},
   };
+  if (r.hasSchedule) {
+    const ScheduleReport &sr = r.schedule;
+    llvm::json::Object *host = root.getObject("host_memory");
+    (*host)["pinned_staging"] = bytesJson(sr.pinnedStagingBytes);
+    (*host)["total"] = bytesJson(sr.hostBytes);
+    (*host)["bytes_per_parameter"] = sr.bytesPerParameter;
+    root["gpu_memory"] = gpuMemoryJson(sr);
+    root["moved_per_step"] = llvm::json::Object{{"micro_batches", m.microBatchesPerStep},
+                                                {"host_to_device", bytesJson(sr.h2dBytesPerStep)},
+                                                {"device_to_host", bytesJson(sr.d2hBytesPerStep)},
+                                                {"host_to_device_per_micro_batch", bytesJson(sr.h2dBytesPerMicroBatch)},
+                                                {"device_to_host_per_micro_batch", bytesJson(sr.d2hBytesPerMicroBatch)}};
+    root["prediction"] = predictionJson(sr);
+  } else {
+    root["streamed"] = llvm::json::Object{
+        {"note", "what the CPU backend does now; the plan has no GPU schedule"},
+        {"weights_in_per_micro_batch", bytesJson(m.streamWeightsInBytes)},
+        {"gradients_out_per_micro_batch", bytesJson(m.streamGradientsOutBytes)},
+        {"micro_batches_per_step", m.microBatchesPerStep},
+        {"per_step", bytesJson(m.streamBytesPerStep)}};
+  }
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 

@@ -3,6 +3,7 @@
 // templates, parameter counts, and what training it costs in memory and
 // transfers. Computed from the plan alone, so the runtime and tools can use
 // it without the compiler.
+#include "runtime/plan/CostModel.h"
 #include "runtime/plan/PlanIO.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -54,16 +55,56 @@ struct MemoryReport {
   int64_t streamBytesPerStep = 0;
 };
 
+// One kind of device region (weight slots, checkpoints, ...).
+struct DeviceCategory {
+  DeviceRegion::Kind kind = DeviceRegion::WEIGHT_SLOT;
+  int64_t regions = 0;
+  int64_t sumBytes = 0;       // the regions' bytes added up
+  int64_t footprintBytes = 0; // the union of their byte ranges: regions sharing bytes count once
+};
+
+// What the streaming schedule costs (plans with a schedule only).
+struct ScheduleReport {
+  int32_t weightSlots = 0, gradSlots = 0;
+  int64_t weightSlotBytes = 0, gradSlotBytes = 0;
+  int64_t actions = 0;
+  // GPU: one allocation of deviceBytes (the peak the plan uses), cut into
+  // regions; every DeviceRegion::Kind in enum order.
+  std::vector<DeviceCategory> device;
+  int64_t deviceBytes = 0, gpuBudgetBytes = 0;
+  // Host: fp32 master weights, AdamW m and v, the pinned gradient staging
+  // slots, and the step's gradients where they are kept (MemoryReport).
+  int64_t pinnedStagingBytes = 0;
+  int64_t hostBytes = 0;
+  double bytesPerParameter = 0;
+  // Bytes each way over PCIe: the schedule's PREFETCHes and OFFLOADs.
+  int64_t h2dBytesPerMicroBatch = 0, d2hBytesPerMicroBatch = 0;
+  int64_t h2dBytesPerStep = 0, d2hBytesPerStep = 0;
+  // The cost model's prediction for one micro-batch (absent, with the
+  // reason, when it cannot simulate the schedule).
+  std::string profileName;
+  bool predicted = false;
+  StepPrediction prediction;
+  std::string predictionError;
+};
+
 struct PlanReport {
   std::vector<UnitReport> units;
   std::vector<TemplateReport> templates;
   MemoryReport memory;
+  bool hasSchedule = false;
+  ScheduleReport schedule;
 };
 
 // Size in bytes of a tensor of `t` (0 for an undefined dtype).
 int64_t tensorBytes(const TensorType &t);
 
-llvm::Expected<PlanReport> reportPlan(const Plan &p);
+// "weight slots", "grad slots", "checkpoints", "activation grads", "arena",
+// "workspace", "data", "constants".
+const char *deviceCategoryName(DeviceRegion::Kind k);
+
+// `profile` drives the cost model where the plan has a schedule.
+llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profile = MachineProfile());
 
 // `planPath` is the file the plan was read from (printed as is).
 void printPlanReport(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os);

@@ -149,7 +149,8 @@ llvm::Expected<CheckpointInfo> loadCheckpoint(const std::string &dir, const plan
                            {"adam_v.f32", &state.v}}) {
     auto a = readCheckpointArray(*stepDir, file, meta->host_elements());
     if (!a) return a.takeError();
-    *vec = std::move(*a);
+    // Copied into place: the arrays may be pinned (registered with CUDA).
+    std::copy(a->begin(), a->end(), vec->begin());
   }
   state.step = meta->step();
   CheckpointInfo info;

@@ -91,7 +91,9 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
     if (!*log) return err(opts.logPath + ": cannot open for writing");
   }
   if (!opts.quiet) {
-    llvm::outs() << "training " << plan.total_parameters() << " parameters, batch " << B << " x seq " << S;
+    llvm::outs() << "training " << plan.total_parameters() << " parameters on " << trainer.device() << " ("
+                 << (std::string(trainer.device()) == "cpu" ? "fp32" : plan.compute()) << "), batch " << B << " x seq "
+                 << S;
     if (accum > 1) llvm::outs() << " x " << accum << " micro-batches";
     llvm::outs() << ", " << opts.steps << " steps";
     if (data) llvm::outs() << "; data " << data->describe();
@@ -113,7 +115,9 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
       mbs.push_back({tok, tgt});
     }
     float lr = learningRate(o, step, opts.steps);
+    auto stepStart = std::chrono::steady_clock::now();
     auto stats = trainer.step(mbs, lr);
+    double stepSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart).count();
     if (!stats) return err("step " + llvm::Twine(step) + ": " + llvm::toString(stats.takeError()));
     if (!std::isfinite(stats->loss))
       return err("step " + llvm::Twine(step) + ": the loss is " + std::to_string(stats->loss) +
@@ -129,6 +133,9 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
                                    (long long)step, (long long)opts.steps, stats->loss, lr, tokensPerS,
                                    formatDuration(elapsed).c_str(), formatDuration(eta).c_str());
       if (stats->gradNorm >= 0) llvm::outs() << llvm::format("  grad_norm %.3f", stats->gradNorm);
+      if (stats->laneBusy[0] >= 0)
+        llvm::outs() << llvm::format("  step %.3fs  busy s: h2d %.3f compute %.3f d2h %.3f cpu %.3f", stepSeconds, stats->laneBusy[0],
+                                     stats->laneBusy[1], stats->laneBusy[2], stats->laneBusy[3]);
       llvm::outs() << "\n";
       llvm::outs().flush();
     }
@@ -136,6 +143,11 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
       *log << "{\"step\": " << step << ", \"loss\": " << jsonNumber(stats->loss) << ", \"lr\": " << jsonNumber(lr)
            << ", \"tokens_per_s\": " << jsonNumber(tokensPerS) << ", \"elapsed_s\": " << jsonNumber(elapsed);
       if (stats->gradNorm >= 0) *log << ", \"grad_norm\": " << jsonNumber(stats->gradNorm);
+      if (stats->laneBusy[0] >= 0) {
+        *log << ", \"step_s\": " << jsonNumber(stepSeconds);
+        const char *lanes[4] = {"h2d_busy_s", "compute_busy_s", "d2h_busy_s", "cpu_busy_s"};
+        for (int k = 0; k < 4; ++k) *log << ", \"" << lanes[k] << "\": " << jsonNumber(stats->laneBusy[k]);
+      }
       *log << "}\n";
       log->flush();
     }

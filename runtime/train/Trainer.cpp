@@ -19,17 +19,22 @@ llvm::Expected<std::unique_ptr<Trainer>> Trainer::create(const plan::Plan &plan)
     t->forward_.push_back(std::move(*f));
     t->backward_.push_back(std::move(*b));
   }
-  for (int i = 0; i < plan.activations_size(); ++i)
-    if (plan.activations(i).kind() == plan::Activation::LOSS) t->lossId_ = i;
-  if (t->lossId_ < 0) return err("the plan has no loss");
-  for (const plan::Parameter &p : plan.parameters())
-    t->hostElements_ = std::max(t->hostElements_, p.host_offset() + (p.numel() + 15) / 16 * 16);
-  t->state_.params.assign(size_t(t->hostElements_), 0.0f);
-  t->state_.m.assign(size_t(t->hostElements_), 0.0f);
-  t->state_.v.assign(size_t(t->hostElements_), 0.0f);
-  const plan::Optimizer &o = plan.optimizer();
-  t->hyper_ = {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
+  if (auto e = t->initHostState()) return std::move(e);
   return std::move(t);
+}
+
+llvm::Error Trainer::initHostState() {
+  for (int i = 0; i < plan_.activations_size(); ++i)
+    if (plan_.activations(i).kind() == plan::Activation::LOSS) lossId_ = i;
+  if (lossId_ < 0) return err("the plan has no loss");
+  for (const plan::Parameter &p : plan_.parameters())
+    hostElements_ = std::max(hostElements_, p.host_offset() + (p.numel() + 63) / 64 * 64);
+  state_.params.assign(size_t(hostElements_), 0.0f);
+  state_.m.assign(size_t(hostElements_), 0.0f);
+  state_.v.assign(size_t(hostElements_), 0.0f);
+  const plan::Optimizer &o = plan_.optimizer();
+  hyper_ = {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
+  return llvm::Error::success();
 }
 
 Tensor Trainer::paramTensor(int32_t id) const {
@@ -48,12 +53,16 @@ void Trainer::updateParam(int32_t id, const float *grad, float lr, float gradSca
                       state_.step, h, p.decay(), gradScale);
 }
 
-static llvm::Error checkData(const plan::Activation &a, const Tensor &t) {
+llvm::Expected<Tensor> Trainer::dataTensor(const plan::Activation &a, const Tensor &src) const {
   Shape want(a.type().shape().begin(), a.type().shape().end());
-  if (t.shape() != want)
-    return err("data '" + a.name() + "' has shape " + shapeToString(t.shape()) + ", the plan wants " +
+  if (src.shape() != want)
+    return err("data '" + a.name() + "' has shape " + shapeToString(src.shape()) + ", the plan wants " +
                shapeToString(want));
-  return llvm::Error::success();
+  DType dt = DType(int(a.type().dtype()));
+  if (src.dtype() == dt) return src;
+  Tensor c(dt, src.shape());
+  for (int64_t k = 0; k < src.numel(); ++k) c.setFromDouble(k, double(src.getAsInt(k)));
+  return c;
 }
 
 llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, const Tensor &targets,
@@ -62,15 +71,9 @@ llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, co
   for (int i = 0; i < plan_.activations_size(); ++i) {
     const plan::Activation &a = plan_.activations(i);
     if (a.kind() == plan::Activation::DATA_TOKENS || a.kind() == plan::Activation::DATA_TARGETS) {
-      const Tensor &src = a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets;
-      if (auto e = checkData(a, src)) return std::move(e);
-      DType want = DType(int(a.type().dtype()));
-      if (src.dtype() == want) acts[size_t(i)] = src;
-      else {
-        Tensor c(want, src.shape());
-        for (int64_t k = 0; k < src.numel(); ++k) c.setFromDouble(k, double(src.getAsInt(k)));
-        acts[size_t(i)] = c;
-      }
+      auto t = dataTensor(a, a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets);
+      if (!t) return t.takeError();
+      acts[size_t(i)] = *t;
     }
   }
   if (checkpoints) checkpoints->assign(size_t(plan_.units_size()), {});

@@ -21,38 +21,52 @@ struct HostState {
 struct StepStats {
   double loss = 0;      // mean over the step's micro-batches, before the update
   double gradNorm = -1; // global norm where computed (clipping), else -1
+  // Busy seconds of the H2D, compute, D2H and CPU-optimizer lanes (GPU runs only; else -1).
+  double laneBusy[4] = {-1, -1, -1, -1};
 };
 
+// The CPU backend; the CUDA runtime (runtime/cuda/CudaTrainer.h) derives from
+// it and keeps the host state and the optimizer's bookkeeping.
 class Trainer {
 public:
   static llvm::Expected<std::unique_ptr<Trainer>> create(const plan::Plan &plan);
+  virtual ~Trainer() = default;
 
   const plan::Plan &plan() const { return plan_; }
   HostState &state() { return state_; }
   int64_t hostParamElements() const { return hostElements_; }
 
   // One optimizer step over `microBatches` (tokens, targets) pairs at `lr`.
-  llvm::Expected<StepStats> step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr);
+  virtual llvm::Expected<StepStats> step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr);
   // The loss alone (no gradients, no update).
-  llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets);
+  virtual llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets);
+  // "cpu" or "cuda".
+  virtual const char *device() const { return "cpu"; }
   // Forward and backward of one micro-batch; gradients are added to `grads`
   // (host layout) when given, else each parameter is updated at once.
-  llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
-                                         std::vector<float> *grads, float lr);
+  virtual llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                                 std::vector<float> *grads, float lr);
 
-private:
+protected:
   explicit Trainer(const plan::Plan &p) : plan_(p) {}
-  Tensor paramTensor(int32_t id) const;
-  llvm::Expected<std::vector<Tensor>> runForward(const Tensor &tokens, const Tensor &targets,
-                                                 std::vector<std::vector<Tensor>> *checkpoints);
+  // Sizes the host arrays and reads the optimizer settings and the loss.
+  llvm::Error initHostState();
   void updateParam(int32_t id, const float *grad, float lr, float gradScale);
+  // Tokens or targets converted to the dtype of the data activation, shape-checked.
+  llvm::Expected<Tensor> dataTensor(const plan::Activation &a, const Tensor &src) const;
 
   plan::Plan plan_;
-  std::vector<PreparedProgram> forward_, backward_;
   HostState state_;
   int64_t hostElements_ = 0;
   int32_t lossId_ = -1; // the LOSS activation
   AdamWHyper hyper_;
+
+private:
+  Tensor paramTensor(int32_t id) const;
+  llvm::Expected<std::vector<Tensor>> runForward(const Tensor &tokens, const Tensor &targets,
+                                                 std::vector<std::vector<Tensor>> *checkpoints);
+
+  std::vector<PreparedProgram> forward_, backward_;
 };
 
 } // namespace megac::runtime

@@ -1,4 +1,5 @@
 import os
+import shutil
 import lit.formats
 
 config.name = "megac"
@@ -15,3 +16,7 @@ config.substitutions.append(("%inputs", os.path.join(os.path.dirname(__file__), 
 config.environment["MEGAC_THREADS"] = "2"
 # `not` (expect failure), like FileCheck, comes from the LLVM tools directory.
 config.environment["PATH"] = config.environment["PATH"] + os.pathsep + os.path.dirname(config.filecheck)
+# Headless Chromium (Debian's `chromium`) renders the `megac plan --html`
+# page in plan-timeline-chromium.test; without it that test is UNSUPPORTED.
+if shutil.which("chromium"):
+    config.available_features.add("chromium")

@@ -1,6 +1,7 @@
 #pragma once
 // Helpers for end-to-end tests against the PyTorch reference fixtures in
 // test/data/<model>/ (see test/data/README.md).
+#include "codegen/Compile.h"
 #include "frontend/OnnxImport.h"
 #include "frontend/TensorProto.h"
 #include "ir/Graph.h"
@@ -67,6 +68,30 @@ inline std::unique_ptr<ir::Graph> importFixture(const std::string &model, const 
     return nullptr;
   }
   return std::move(*g);
+}
+
+// Compiles a fixture at the reference batch (2 x 16) with the fixtures'
+// optimizer: AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1).
+inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16") {
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 16;
+  codegen::CodegenOptions co;
+  co.compute = compute;
+  plan::Optimizer &o = co.optimizer;
+  o.set_lr(1e-2f);
+  o.set_beta1(0.9f);
+  o.set_beta2(0.95f);
+  o.set_eps(1e-8f);
+  o.set_weight_decay(0.1f);
+  o.set_schedule("constant");
+  o.set_grad_accum(1);
+  auto p = codegen::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return {};
+  }
+  return *p;
 }
 
 inline const char *const kFixtures[] = {"llama", "llama_noopt", "llama_sdpa", "llama_op23",

@@ -29,27 +29,7 @@ std::map<std::string, MapEntry> initializerMap(const std::string &model) {
   return m;
 }
 
-// The fixtures' optimizer: AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1).
-plan::Plan compileFixture(const std::string &model) {
-  frontend::ImportOptions io;
-  io.batch = 2;
-  io.seq = 16;
-  codegen::CodegenOptions co;
-  plan::Optimizer &o = co.optimizer;
-  o.set_lr(1e-2f);
-  o.set_beta1(0.9f);
-  o.set_beta2(0.95f);
-  o.set_eps(1e-8f);
-  o.set_weight_decay(0.1f);
-  o.set_schedule("constant");
-  o.set_grad_accum(1);
-  auto p = codegen::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return {};
-  }
-  return *p;
-}
+plan::Plan compileFixture(const std::string &model) { return compileFixturePlan(model); }
 
 std::unique_ptr<runtime::Trainer> makeTrainer(const plan::Plan &p) {
   auto t = runtime::Trainer::create(p);

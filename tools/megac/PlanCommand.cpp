@@ -1,6 +1,11 @@
 // megac plan model.plan [--json]: a readable summary of a compiled plan
 // (units, templates, parameters, memory and transfers).
+// megac plan model.plan --schedule: the streaming schedule, one line each.
+// --profile FILE: the machine the cost model predicts for (default: the
+// built-in H200); --html out.html: the predicted timeline as a page.
 #include "runtime/plan/PlanReport.h"
+#include "runtime/plan/PlanTimeline.h"
+#include "runtime/plan/ScheduleDump.h"
 #include "tools/megac/Driver.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -11,12 +16,42 @@ namespace megac::driver {
 
 static cl::opt<std::string> PlanFile(cl::Positional, cl::desc("<model.plan>"), cl::Required, cl::sub(planCmd()));
 static cl::opt<bool> Json("json", cl::desc("Print the summary as one JSON object"), cl::sub(planCmd()));
+static cl::opt<bool> ShowSchedule("schedule", cl::desc("Print the streaming schedule: regions and actions"),
+                                  cl::sub(planCmd()));
+static cl::opt<std::string> PlanProfile("profile",
+                                        cl::desc("Machine profile for the cost model (default: the built-in H200 "
+                                                 "profile, bench/h200.profile)"),
+                                        cl::value_desc("file"), cl::sub(planCmd()));
+static cl::opt<std::string> HtmlOut("html", cl::desc("Write the predicted timeline of one step as an HTML page"),
+                                    cl::value_desc("file"), cl::sub(planCmd()));
 
 int runPlan() {
   auto p = plan::readPlan(PlanFile);
   if (!p) return reportError(p.takeError());
-  auto report = plan::reportPlan(*p);
+  if (ShowSchedule) {
+    if (auto e = plan::printSchedule(*p, llvm::outs())) return reportError(std::move(e));
+    return 0;
+  }
+  plan::MachineProfile profile;
+  if (!PlanProfile.empty()) {
+    auto read = plan::readMachineProfile(PlanProfile);
+    if (!read) return reportError(read.takeError());
+    profile = *read;
+  }
+  auto report = plan::reportPlan(*p, profile);
   if (!report) return reportError(report.takeError());
+  if (!HtmlOut.empty()) {
+    std::error_code ec;
+    llvm::raw_fd_ostream html(HtmlOut, ec);
+    if (ec) return reportError(llvm::createStringError(ec, HtmlOut + ": cannot write: " + ec.message()));
+    if (auto e = plan::writePlanTimeline(*p, *report, PlanFile, html)) return reportError(std::move(e));
+    html.close();
+    if (html.has_error()) {
+      std::error_code werr = html.error();
+      html.clear_error(); // or the stream's destructor aborts
+      return reportError(llvm::createStringError(werr, HtmlOut + ": cannot write: " + werr.message()));
+    }
+  }
   if (Json) plan::printPlanReportJson(*p, *report, PlanFile, llvm::outs());
   else plan::printPlanReport(*p, *report, PlanFile, llvm::outs());
   return 0;

@@ -4,6 +4,9 @@
 #include "codegen/Compile.h"
 #include "frontend/TensorProto.h"
 #include "runtime/train/TrainLoop.h"
+#ifdef MEGAC_HAS_CUDA
+#include "runtime/cuda/CudaTrainer.h"
+#endif
 #include "tools/megac/Driver.h"
 
 #include "llvm/Support/FileSystem.h"
@@ -22,6 +25,20 @@ static cl::opt<std::string> PlanOut("o", cl::desc("Plan file to write"), cl::val
                                     cl::sub(compileCmd()));
 static cl::opt<int64_t> IgnoreIndex("ignore-index", cl::desc("Target value the loss ignores (default -100)"),
                                     cl::init(-100), cl::sub(compileCmd()), cl::sub(trainCmd()));
+// Memory budgets and the streaming schedule.
+static cl::opt<double> GpuMem("gpu-mem", cl::desc("GPU memory the plan may use, in GiB (default: the profile's usable memory)"),
+                              cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<double> HostMem("host-mem", cl::desc("Host memory the plan may use, in GiB (default: not checked)"),
+                               cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<int> WeightSlots("weight-slots", cl::desc("GPU weight slots K >= 2 (default 2)"), cl::init(2),
+                                cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
+                                        cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> Compute("compute",
+                                    cl::desc("GPU matrix products: bf16 (default; fp32 accumulation) | tf32 | fp32. "
+                                             "Tensors and master weights are fp32 in every mode; the CPU backend "
+                                             "always computes in fp32"),
+                                    cl::init("bf16"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 
 // --- run ---
 static cl::opt<std::string> PlanIn(cl::Positional, cl::desc("<model.plan>"), cl::Required, cl::sub(runCmd()));
@@ -122,6 +139,28 @@ static llvm::Error applyOptimizerFlags(plan::Optimizer &o, bool all) {
   return llvm::Error::success();
 }
 
+static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
+  codegen::ScheduleOptions so;
+  plan::MachineProfile profile;
+  if (!ProfileFile.empty()) {
+    auto read = plan::readMachineProfile(ProfileFile);
+    if (!read) return read.takeError();
+    profile = *read;
+  }
+  if (WeightSlots < 2) return flagError("--weight-slots must be at least 2 (got " + llvm::Twine(WeightSlots) + ")");
+  so.weightSlots = WeightSlots;
+  so.gpuBudgetBytes = profile.usableGpuBytes();
+  if (GpuMem.getNumOccurrences()) {
+    if (!(GpuMem > 0)) return flagError("--gpu-mem must be a positive number of GiB");
+    so.gpuBudgetBytes = plan::MachineProfile::gibToBytes(GpuMem);
+  }
+  if (HostMem.getNumOccurrences()) {
+    if (!(HostMem > 0)) return flagError("--host-mem must be a positive number of GiB");
+    so.hostBudgetBytes = plan::MachineProfile::gibToBytes(HostMem);
+  }
+  return so;
+}
+
 static llvm::Expected<plan::Plan> compileModel() {
   auto flags = modelFlags();
   if (!flags) return flags.takeError();
@@ -129,7 +168,13 @@ static llvm::Expected<plan::Plan> compileModel() {
     return flagError("compile needs --batch B and --seq S");
   flags->passes.ignoreIndex = IgnoreIndex;
   codegen::CodegenOptions co;
+  if (Compute != "bf16" && Compute != "tf32" && Compute != "fp32")
+    return flagError("--compute must be bf16, tf32 or fp32, got '" + Compute + "'");
+  co.compute = Compute;
   if (auto e = applyOptimizerFlags(co.optimizer, /*all=*/true)) return std::move(e);
+  auto schedule = scheduleFlags();
+  if (!schedule) return schedule.takeError();
+  co.schedule = *schedule;
   return codegen::compileForTraining(Model, flags->import, flags->passes, co);
 }
 
@@ -150,10 +195,27 @@ int runCompile() {
   return 0;
 }
 
+static llvm::Expected<std::unique_ptr<runtime::Trainer>> createGpuTrainer(const plan::Plan &plan) {
+#ifdef MEGAC_HAS_CUDA
+  return cuda::createCudaTrainer(plan, {});
+#else
+  return flagError("this megac was built without the CUDA runtime");
+#endif
+}
+
 static int trainOnPlan(plan::Plan plan) {
+  if (!Device.empty() && Device != "cpu" && Device != "cuda")
+    return reportError(flagError("--device must be cpu or cuda"));
+#ifdef MEGAC_HAS_CUDA
+  std::string noGpu;
+  bool haveGpu = cuda::cudaDeviceAvailable(&noGpu);
+  if (Device == "cuda" && !haveGpu) return reportError(flagError("--device cuda: " + noGpu));
+  const bool onGpu = Device == "cuda" || (Device.empty() && haveGpu);
+#else
   if (Device == "cuda")
     return reportError(flagError("--device cuda: this megac was built without the CUDA runtime"));
-  if (!Device.empty() && Device != "cpu") return reportError(flagError("--device must be cpu or cuda"));
+  const bool onGpu = false;
+#endif
   if (auto e = applyOptimizerFlags(*plan.mutable_optimizer(), /*all=*/false)) return reportError(std::move(e));
   if (NoDecay.getNumOccurrences())
     if (auto e = plan::applyNoDecay(plan)) return reportError(std::move(e));
@@ -191,7 +253,7 @@ static int trainOnPlan(plan::Plan plan) {
       lo.weights = Weights;
     }
   }
-  auto trainer = runtime::Trainer::create(plan);
+  llvm::Expected<std::unique_ptr<runtime::Trainer>> trainer = onGpu ? createGpuTrainer(plan) : runtime::Trainer::create(plan);
   if (!trainer) return reportError(trainer.takeError());
   auto losses = runtime::runTraining(**trainer, lo);
   if (!losses) return reportError(losses.takeError());

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Issue 5's first figure: the step time of the Llama-shaped 2.81B model (hidden 3072, 26 layers,
+# 24 heads, 8 kv heads, intermediate 8192, vocab 32000, untied head) at batch 8 x seq 2048 on the
+# GPU machine, megac (weights streamed from host memory, initialized by megac) beside PyTorch's
+# two peers measured in the same call: everything resident on the GPU (bf16 autocast, fused
+# AdamW), and FSDP2 with CPU offload and the fused CPU AdamW.
+#
+# Run ON THE GPU MACHINE from the repo root:   OUT=/some/dir bench/bench2.8b.sh BUILD_DIR
+# It needs, carried into the repo (ignored paths):
+#   BUILD_DIR                 megac built with CUDA (e.g. .dev/build-cuda)
+#   .bench/bench2.8b.onnx     bench/export_bench_model.py .bench/bench2.8b.onnx --model bench2.8b
+#   .bench/peer_pytorch.py    a copy of ../shared/tools/peer_pytorch.py
+# Results in $OUT: megac_steps.jsonl, baseline_gpu.json, baseline_fsdp_fused.json, bench2.8b.json,
+# and the table on stdout. The plan (~270 MB) stays in $WORK (default /tmp/megac-bench) so it
+# does not travel back. About 3-4 minutes of device time; every stage has its own time limit (570 s in all at most).
+#
+# MEGAC_RUN_FLAGS: extra flags for `megac run` (e.g. a synthetic-data or timing flag once it
+# exists); by default the data are random uint16 tokens written here, which megac reads as a
+# headerless token file.
+set -uo pipefail
+
+BUILD=${1:?usage: OUT=DIR bench/bench2.8b.sh BUILD_DIR}
+OUT=${OUT:-/tmp/megac-bench-out}
+WORK=${WORK:-/tmp/megac-bench}
+PY=${PY:-/opt/torch/.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+MEGAC_RUN_FLAGS=${MEGAC_RUN_FLAGS:-}
+STEPS=${STEPS:-6}
+MODEL=.bench/bench2.8b.onnx
+PEER=.bench/peer_pytorch.py
+# NVLink multicast stays off on these shared hosts (the device notes); FSDP goes through NCCL.
+export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
+mkdir -p "$OUT" "$WORK"
+for f in "$BUILD/megac" "$MODEL" "$PEER"; do
+  [ -e "$f" ] || { echo "bench2.8b.sh: $f is missing (carry it: see the header of $0)" >&2; exit 2; }
+done
+
+stage() { echo; echo "== $1 ($(date +%T))"; }
+
+stage "machine"
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv,noheader || true
+echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+"$PY" -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)' || true
+"$BUILD/megac" --version 2>/dev/null | head -3 || true
+
+stage "megac compile (batch 8 x seq 2048, default compute)"
+t0=$SECONDS
+timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 -o "$WORK/b.plan" 2>&1 | tail -5
+compile_rc=${PIPESTATUS[0]}
+echo "compile: rc $compile_rc, $((SECONDS - t0)) s"
+
+stage "megac run ($STEPS steps, --init, --device cuda)"
+run_rc=1
+if [ "$compile_rc" = 0 ]; then
+  data_flags="--data $WORK/tokens.u16"
+  case " $MEGAC_RUN_FLAGS " in *" --data "*|*" --text "*|*" --input "*|*synthetic*) data_flags="";; esac
+  if [ -n "$data_flags" ]; then  # 2^22 random tokens of the 32000-token vocabulary, uint16
+    "$PY" -c "import numpy as np; np.random.default_rng(0).integers(0, 32000, 1 << 22, dtype=np.uint16).tofile('$WORK/tokens.u16')"
+  fi
+  rm -f "$OUT/megac_steps.jsonl"
+  # shellcheck disable=SC2086
+  timeout 200 "$BUILD/megac" run "$WORK/b.plan" --device cuda --init --steps "$STEPS" --seed 0 $data_flags \
+    --log "$OUT/megac_steps.jsonl" $MEGAC_RUN_FLAGS 2>&1 | tail -n $((STEPS + 8))
+  run_rc=${PIPESTATUS[0]}
+  echo "run: rc $run_rc"
+fi
+
+for mode in gpu fsdp_fused; do
+  stage "PyTorch peer: $mode (5 steps, the first one not timed)"
+  OUT="$OUT" timeout 110 "$PY" "$PEER" "$mode" 2>&1 | grep -v -i "warn" | tail -8
+  echo "peer $mode: rc ${PIPESTATUS[0]}"
+done
+
+stage "table"
+"$PY" - "$OUT" <<'EOF'
+import json, os, statistics as st, sys
+out = sys.argv[1]
+P, TOKENS = 2_814_016_512, 8 * 2048
+rows = []
+
+def load(path):
+    try:
+        return json.load(open(path))
+    except (OSError, ValueError):
+        return None
+
+steps = []
+try:
+    steps = [json.loads(l) for l in open(os.path.join(out, "megac_steps.jsonl")) if l.strip()]
+except OSError:
+    pass
+megac = None
+if steps:
+    timed = steps[1:] if len(steps) > 1 else steps  # the first step pays for warm-up
+    if "step_s" in timed[0]:
+        step_s = st.median(s["step_s"] for s in timed)
+    else:  # no per-step time in the log: differences of elapsed_s
+        el = [s["elapsed_s"] for s in steps]
+        step_s = st.median(b - a for a, b in zip(el, el[1:])) if len(el) > 1 else el[0]
+    busy = {k: st.median(s[k] for s in timed) for k in ("h2d_busy_s", "compute_busy_s", "d2h_busy_s", "cpu_busy_s")
+            if k in timed[0]}
+    megac = dict(step_s=step_s, busy=busy, losses=[s["loss"] for s in steps], steps=len(steps))
+    rows.append(("megac, weights streamed from host (bf16 GEMMs)", step_s, None))
+else:
+    rows.append(("megac, weights streamed from host (bf16 GEMMs)", None, None))
+for mode, label, then in (("gpu", "PyTorch, all on the GPU (bf16 autocast)", 0.924),
+                          ("fsdp_fused", "PyTorch FSDP2 CPU offload, fused CPU AdamW", 1.946)):
+    r = load(os.path.join(out, f"baseline_{mode}.json"))
+    rows.append((label, r["step_s"] if r else None, r))
+    if r:
+        r["measured_2026_12_02"] = then
+
+print(f"{'':<48} {'s/step':>8} {'tok/s':>8} {'TFLOPS 6PT':>10} {'GPU peak GiB':>12}")
+for label, s, r in rows:
+    if s is None:
+        print(f"{label:<48} {'failed':>8}")
+        continue
+    peak = f"{r['gpu_peak_GiB']:12.1f}" if r else f"{'':>12}"
+    print(f"{label:<48} {s:8.3f} {TOKENS / s:8.0f} {6 * P * TOKENS / s / 1e12:10.1f} {peak}")
+print("(PyTorch on this machine on 2026-12-02: all on the GPU 0.924 s/step, FSDP2 offload 1.946)")
+if megac and megac["busy"]:
+    b = megac["busy"]
+    print("megac stream busy per step (s, median): " + ", ".join(f"{k[:-7]} {v:.3f}" for k, v in b.items())
+          + f"  (step {megac['step_s']:.3f})")
+if megac:
+    print("megac losses: " + " ".join(f"{x:.4f}" for x in megac["losses"]))
+json.dump({"params": P, "batch": 8, "seq": 2048, "megac": megac,
+           "peers": {label: r for label, _, r in rows if r}}, open(os.path.join(out, "bench2.8b.json"), "w"), indent=1)
+EOF
+[ "$run_rc" = 0 ]

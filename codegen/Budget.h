@@ -1,0 +1,35 @@
+#pragma once
+// What a plan must fit (issue 4): the GPU budget (--gpu-mem) and the host
+// memory (--host-mem). A plan over budget is a compile error with the
+// numbers, not a crash at run time.
+#include "runtime/plan/PlanIO.h"
+
+#include <functional>
+
+namespace megac::codegen {
+
+// Host bytes of the plan: fp32 master weights, AdamW m and v, the step's
+// gradients where kept (runtime/plan/PlanReport.h), plus the pinned staging
+// slots of the schedule.
+struct HostBill {
+  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0;
+  int64_t total() const { return masterWeights + adamMoments + gradients + pinnedStaging; }
+};
+llvm::Expected<HostBill> hostBill(const plan::Plan &p);
+
+// Errors, with the numbers, when the host bill exceeds `hostBudgetBytes`.
+llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes);
+
+// The largest n in [1, below) with fits(n), by binary search (fits is taken
+// to be monotone); 0 if none.
+int64_t largestFitting(int64_t below, const std::function<bool(int64_t)> &fits);
+
+// The device bytes of the same model compiled at (batch, seq).
+using DeviceBytesAt = std::function<llvm::Expected<int64_t>(int64_t batch, int64_t seq)>;
+
+// The error for a plan whose device_bytes exceed its gpu_budget_bytes: the
+// GPU bytes by region category, and the largest batch that fits at this seq
+// and the largest seq that fits at this batch.
+llvm::Error overBudgetError(const plan::Plan &p, const DeviceBytesAt &deviceBytesAt);
+
+} // namespace megac::codegen

@@ -1,0 +1,219 @@
+#include "codegen/StreamSchedule.h"
+
+#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/StreamLayout.h"
+
+#include <algorithm>
+
+namespace megac::codegen {
+
+using plan::DeviceRegion;
+using plan::StreamAction;
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+namespace {
+
+// Issues the actions in host order and keeps track of what each slot holds
+// and whether its `free` event has been recorded yet this step (a first use
+// waits for nothing: the previous step ended with every action finished).
+class ActionBuilder {
+public:
+  ActionBuilder(plan::StreamSchedule &s, int weightSlots, int gradSlots)
+      : s_(s), K_(weightSlots), G_(gradSlots), resident_(size_t(weightSlots), -1),
+        wFreeRecorded_(size_t(weightSlots), false), gFreeRecorded_(size_t(gradSlots), false),
+        sFreeRecorded_(size_t(gradSlots), false) {
+    for (char kind : {'w', 'g', 's'}) {
+      int n = kind == 'w' ? K_ : G_;
+      for (int k = 0; k < n; ++k)
+        for (bool ready : {true, false}) s_.add_events(plan::slotEventName(kind, k, ready));
+    }
+  }
+
+  int weightSlotOf(int unit) const { return unit % K_; }
+
+  // Event ids: per slot kind, [k.ready, k.free] pairs; weight slots first,
+  // then grad slots, then staging slots.
+  int event(char kind, int slot, bool ready) const {
+    int base = kind == 'w' ? 0 : kind == 'g' ? 2 * K_ : 2 * K_ + 2 * G_;
+    return base + 2 * slot + (ready ? 0 : 1);
+  }
+
+  // H2D of a unit's weights into its slot (unit % K), unless they are still
+  // there: after the forward, the last K units' weights are still resident
+  // (the head's always, as it is both the last forward and the first
+  // backward unit), so their backward PREFETCH is skipped and BACKWARD reads
+  // the copy the forward used (the host master is not updated before).
+  void prefetch(int unit) {
+    int k = weightSlotOf(unit);
+    if (resident_[size_t(k)] == unit) return;
+    StreamAction *a = add(StreamAction::PREFETCH, StreamAction::H2D, unit);
+    a->set_weight_slot(k);
+    if (wFreeRecorded_[size_t(k)]) a->add_waits(event('w', k, false));
+    a->add_records(event('w', k, true));
+    resident_[size_t(k)] = unit;
+  }
+
+  int forward(int unit) {
+    int k = weightSlotOf(unit);
+    StreamAction *a = add(StreamAction::FORWARD, StreamAction::COMPUTE, unit);
+    a->set_weight_slot(k);
+    a->add_waits(event('w', k, true));
+    a->add_records(event('w', k, false));
+    wFreeRecorded_[size_t(k)] = true;
+    return s_.actions_size() - 1;
+  }
+
+  // BACKWARD into grad slot g, then OFFLOAD of slot g into staging slot g,
+  // then UPDATE from staging slot g. Returns the BACKWARD's index.
+  int backward(int unit, int g) {
+    int k = weightSlotOf(unit);
+    StreamAction *b = add(StreamAction::BACKWARD, StreamAction::COMPUTE, unit);
+    b->set_weight_slot(k);
+    b->set_grad_slot(g);
+    b->add_waits(event('w', k, true));
+    if (gFreeRecorded_[size_t(g)]) b->add_waits(event('g', g, false));
+    b->add_records(event('w', k, false));
+    b->add_records(event('g', g, true));
+    int index = s_.actions_size() - 1;
+
+    // The host blocks on s<g>.free (a CPU event) before issuing this copy.
+    StreamAction *o = add(StreamAction::OFFLOAD, StreamAction::D2H, unit);
+    o->set_grad_slot(g);
+    o->add_waits(event('g', g, true));
+    if (sFreeRecorded_[size_t(g)]) o->add_waits(event('s', g, false));
+    o->add_records(event('g', g, false));
+    o->add_records(event('s', g, true));
+    gFreeRecorded_[size_t(g)] = true;
+
+    StreamAction *u = add(StreamAction::UPDATE, StreamAction::CPU, unit);
+    u->set_grad_slot(g);
+    u->add_waits(event('s', g, true));
+    u->add_records(event('s', g, false));
+    sFreeRecorded_[size_t(g)] = true;
+    return index;
+  }
+
+private:
+  StreamAction *add(StreamAction::Kind kind, StreamAction::Stream stream, int unit) {
+    StreamAction *a = s_.add_actions();
+    a->set_kind(kind);
+    a->set_stream(stream);
+    a->set_unit(unit);
+    a->set_weight_slot(-1);
+    a->set_grad_slot(-1);
+    return a;
+  }
+
+  plan::StreamSchedule &s_;
+  int K_, G_;
+  std::vector<int> resident_;
+  std::vector<bool> wFreeRecorded_, gFreeRecorded_, sFreeRecorded_;
+};
+
+void addRegion(plan::StreamSchedule &s, DeviceRegion::Kind kind, int index, int64_t bytes, int first, int last) {
+  DeviceRegion *r = s.add_regions();
+  r->set_kind(kind);
+  r->set_index(index);
+  r->set_bytes(plan::alignUp(bytes));
+  r->set_first_action(first);
+  r->set_last_action(last);
+}
+
+} // namespace
+
+llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
+  const int K = o.weightSlots, G = o.gradSlots, N = p.units_size();
+  if (K < 2) return err("--weight-slots must be at least 2 (got " + llvm::Twine(K) + "): one slot computes while the next fills");
+  if (G < 1) return err("the schedule needs at least one grad slot (got " + llvm::Twine(G) + ")");
+  if (N == 0) return err("the plan has no units to schedule");
+  plan::StreamSchedule &s = *p.mutable_schedule();
+  s.Clear();
+  s.set_weight_slots(K);
+  s.set_grad_slots(G);
+  s.set_gpu_budget_bytes(o.gpuBudgetBytes);
+
+  // Actions. PREFETCH(i+K-1) is issued before FORWARD(i), so the H2D stream
+  // runs K-1 units ahead of compute; the backward (units in reverse) the same.
+  ActionBuilder ab(s, K, G);
+  std::vector<int> fwdAt(static_cast<size_t>(N)), bwdAt(static_cast<size_t>(N));
+  for (int i = 0; i < std::min(K - 1, N); ++i) ab.prefetch(i);
+  for (int i = 0; i < N; ++i) {
+    if (i + K - 1 < N) ab.prefetch(i + K - 1);
+    fwdAt[size_t(i)] = ab.forward(i);
+  }
+  auto backwardUnit = [&](int b) { return N - 1 - b; };
+  for (int b = 0; b < std::min(K - 1, N); ++b) ab.prefetch(backwardUnit(b));
+  for (int b = 0; b < N; ++b) {
+    if (b + K - 1 < N) ab.prefetch(backwardUnit(b + K - 1));
+    bwdAt[size_t(backwardUnit(b))] = ab.backward(backwardUnit(b), b % G);
+  }
+  const int last = s.actions_size() - 1;
+
+  // Regions with their lifetimes (action indices, inclusive).
+  const int64_t slotBytes = plan::largestUnitWeightBytes(p);
+  s.set_weight_slot_bytes(slotBytes);
+  s.set_grad_slot_bytes(slotBytes);
+  s.set_pinned_staging_bytes(int64_t(G) * slotBytes);
+  for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last);
+  for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, slotBytes, 0, last);
+
+  const int A = p.activations_size();
+  std::vector<int> producer(size_t(A), -1);
+  std::vector<std::vector<std::pair<int, int>>> consumers(static_cast<size_t>(A)); // (unit, input position)
+  for (int u = 0; u < N; ++u) {
+    const plan::Unit &unit = p.units(u);
+    for (int32_t a : unit.activation_outputs()) {
+      if (a < 0 || a >= A) return err("unit '" + unit.name() + "' writes activation " + llvm::Twine(a) + ", which does not exist");
+      producer[size_t(a)] = u;
+    }
+    for (int k = 0; k < unit.activation_inputs_size(); ++k) {
+      int32_t a = unit.activation_inputs(k);
+      if (a < 0 || a >= A) return err("unit '" + unit.name() + "' reads activation " + llvm::Twine(a) + ", which does not exist");
+      consumers[size_t(a)].push_back({u, k});
+    }
+  }
+  for (int a = 0; a < A; ++a) {
+    const plan::Activation &act = p.activations(a);
+    int64_t bytes = plan::typeBytes(act.type());
+    if (bytes < 0) return err("activation '" + act.name() + "' has no size");
+    int pu = producer[size_t(a)];
+    if (pu < 0) { // tokens and targets: copied in before the step
+      addRegion(s, DeviceRegion::DATA, a, bytes, 0, last);
+      continue;
+    }
+    // Written by the producer's FORWARD, read until the last consumer's
+    // BACKWARD (the loss: until the host reads it after the step).
+    int readEnd = fwdAt[size_t(pu)];
+    for (auto [c, k] : consumers[size_t(a)]) readEnd = std::max(readEnd, bwdAt[size_t(c)]);
+    if (act.kind() == plan::Activation::LOSS) readEnd = last;
+    addRegion(s, DeviceRegion::CHECKPOINT, a, bytes, fwdAt[size_t(pu)], readEnd);
+    // Its gradient: summed by the consumers' BACKWARDs (the first one in
+    // issue order writes it), read by the producer's BACKWARD. Where no
+    // consumer gives a gradient (the loss: the seed), the runtime fills it
+    // just before the producer's BACKWARD.
+    int gradFirst = bwdAt[size_t(pu)];
+    for (auto [c, k] : consumers[size_t(a)]) {
+      const plan::Template &t = p.templates(p.units(c).template_id());
+      if (k < t.input_has_gradient_size() && t.input_has_gradient(k)) gradFirst = std::min(gradFirst, bwdAt[size_t(c)]);
+    }
+    addRegion(s, DeviceRegion::ACTIVATION_GRAD, a, bytes, gradFirst, bwdAt[size_t(pu)]);
+  }
+  int64_t arena = 0;
+  for (const plan::Template &t : p.templates()) arena = std::max({arena, t.forward().arena_bytes(), t.backward().arena_bytes()});
+  addRegion(s, DeviceRegion::ARENA, 0, arena, 0, last);
+  addRegion(s, DeviceRegion::WORKSPACE, 0, plan::workspaceBudgetBytes(p), 0, last);
+  addRegion(s, DeviceRegion::CONSTANTS, 0, plan::constantsLayout(p).bytes, 0, last);
+
+  std::vector<plan::Interval> blocks;
+  for (const DeviceRegion &r : s.regions()) blocks.push_back({r.first_action(), r.last_action(), r.bytes()});
+  int64_t deviceBytes = 0;
+  std::vector<int64_t> at = plan::placeIntervals(blocks, &deviceBytes);
+  for (int i = 0; i < s.regions_size(); ++i) s.mutable_regions(i)->set_offset(at[size_t(i)]);
+  s.set_device_bytes(deviceBytes);
+  return llvm::Error::success();
+}
+
+} // namespace megac::codegen

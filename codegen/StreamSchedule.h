@@ -1,0 +1,21 @@
+#pragma once
+// The streaming schedule of one micro-batch step (issue 4): which stream does
+// what in which order, the events that link them, and where each device
+// buffer lives (Plan.schedule; plan.proto says what the runtime does with it).
+#include "runtime/plan/MachineProfile.h"
+#include "runtime/plan/PlanIO.h"
+
+namespace megac::codegen {
+
+struct ScheduleOptions {
+  int weightSlots = 2; // K >= 2: prefetch runs K-1 units ahead of compute
+  int gradSlots = 2;   // also the number of pinned host staging slots
+  int64_t gpuBudgetBytes = plan::MachineProfile().usableGpuBytes(); // --gpu-mem
+  int64_t hostBudgetBytes = 0; // --host-mem; 0: not checked
+};
+
+// Fills plan.schedule. Needs the programs' arenas (assignArenas first).
+// Does not enforce the budget: device_bytes may exceed it (compile reports that).
+llvm::Error buildStreamSchedule(plan::Plan &plan, const ScheduleOptions &opts);
+
+} // namespace megac::codegen

@@ -1,0 +1,512 @@
+// fuse-attention: rewrites attention written as separate ops,
+//     P = Softmax(scale * Q K^T + mask, axis = -1);  Y = P V
+// into one ONNX Attention (opset 23 semantics), so that the runtimes run a
+// fused kernel forward and backward instead of materializing the scores
+// through five ops. Recognized forms, all on 4-D [batch, heads, seq, dim]:
+// - the scale as Mul/Div by scalar constants on the scores, on Q and/or on K
+//   (torch's sdpa decomposition scales both by sqrt(scale));
+// - K^T as a Transpose (any 4-D perm, composed with the swap) or as
+//   reshapes of the batch dims around a swap of the last two (sdpa);
+// - K and V repeated per head group (repeat_kv: Unsqueeze/Expand/Reshape):
+//   Attention takes the un-repeated tensors and does GQA itself;
+// - the mask as Add of a constant (a causal pattern becomes is_causal = 1,
+//   all zeros is dropped, anything else is attn_mask) or as
+//   Where(constant bool, scores, fill <= -1e30);
+// - no-op Identity / same-dtype Cast ops and the sdpa NaN guard
+//   Where(IsNaN(P), 0, P) between the softmax and the product.
+// Anything else stays as it is: the rewrite happens only when the result is
+// the same function (up to rounding): static shapes, a positive finite scale,
+// softmax over the last axis, and scores and probabilities used by nothing
+// else. The kernel sets a row whose keys are all masked to 0 where the
+// softmax gives NaN, so a constant mask with such a row is fused only under
+// the NaN guard. The ops left without users are removed.
+#include "ir/OpSchema.h"
+#include "passes/Pass.h"
+#include "runtime/cpu/NormAttentionShapes.h"
+
+#include <cmath>
+#include <numeric>
+#include <optional>
+
+namespace megac::passes {
+
+using namespace ir;
+
+namespace {
+
+// A masked entry of a constant mask: adding it to a score of ordinary size
+// makes exp() underflow to exactly 0, as -inf does.
+constexpr double kMaskedBound = -1e30;
+
+struct AttentionMatch {
+  ValueId y = kNoValue; // the P V product's result, which Attention takes over
+  ValueId q = kNoValue, k = kNoValue, v = kNoValue;
+  std::vector<int64_t> kPerm;    // non-empty: K is Transpose(k, kPerm)
+  ValueId mask = kNoValue;       // an existing constant
+  std::optional<Tensor> newMask; // a constant to create (an inverted bool mask)
+  bool causal = false;
+  double scale = 1;
+};
+
+bool isFloat32Or64(DType t) { return t == DType::F32 || t == DType::F64; }
+
+Shape transposed(const Shape &s, const std::vector<int64_t> &perm) {
+  Shape out;
+  for (int64_t p : perm) out.push_back(s[size_t(p)]);
+  return out;
+}
+
+// A constant mask viewed through broadcasting to [B, H, Sq, Skv].
+class MaskView {
+public:
+  explicit MaskView(const Tensor &t) : t_(t) {
+    m4_ = Shape(4 - size_t(t.rank()), 1);
+    m4_.insert(m4_.end(), t.shape().begin(), t.shape().end());
+    strides_ = rowMajorStrides(m4_);
+    for (size_t d = 0; d < 4; ++d)
+      if (m4_[d] == 1) strides_[d] = 0;
+  }
+  const Shape &shape4() const { return m4_; }
+  double at(int64_t b, int64_t h, int64_t i, int64_t j) const {
+    return t_.getAsDouble(b * strides_[0] + h * strides_[1] + i * strides_[2] + j * strides_[3]);
+  }
+  // Calls f(b, h, i, row) for every distinct row (b, h, i) of the mask.
+  template <class F> bool allRows(int64_t qSeq, F f) const {
+    for (int64_t b = 0; b < m4_[0]; ++b)
+      for (int64_t h = 0; h < m4_[1]; ++h)
+        for (int64_t i = 0; i < (m4_[2] == 1 ? 1 : qSeq); ++i)
+          if (!f(b, h, i)) return false;
+    return true;
+  }
+
+private:
+  const Tensor &t_;
+  Shape m4_;
+  std::vector<int64_t> strides_;
+};
+
+// How the entries of a constant mask read: visible(x) / masked(x).
+struct MaskKind {
+  bool boolean; // true: a bool keep-mask; false: additive
+  bool visible(double x) const { return boolean ? x != 0 : x == 0; }
+  bool masked(double x) const { return boolean ? x == 0 : x <= kMaskedBound; }
+  bool fullyMasked(double x) const { return boolean ? x == 0 : x == -INFINITY; }
+};
+
+// Key j visible to query i exactly when j <= i, in every row.
+bool isCausalMask(const MaskView &m, MaskKind kind, int64_t qSeq, int64_t kvSeq) {
+  if (qSeq != kvSeq || (m.shape4()[2] == 1 && qSeq > 1)) return false;
+  return m.allRows(qSeq, [&](int64_t b, int64_t h, int64_t i) {
+    for (int64_t j = 0; j < kvSeq; ++j) {
+      double x = m.at(b, h, i, j);
+      if (j <= i ? !kind.visible(x) : !kind.masked(x)) return false;
+    }
+    return true;
+  });
+}
+
+bool hasFullyMaskedRow(const MaskView &m, MaskKind kind, int64_t qSeq, int64_t kvSeq) {
+  return !m.allRows(qSeq, [&](int64_t b, int64_t h, int64_t i) {
+    for (int64_t j = 0; j < kvSeq; ++j)
+      if (!kind.fullyMasked(m.at(b, h, i, j))) return true;
+    return false;
+  });
+}
+
+class AttentionMatcher {
+public:
+  explicit AttentionMatcher(Graph &g) : g_(g), users_(g.computeUsers()), isOutput_(g.values.size(), false) {
+    for (ValueId o : g.outputs) isOutput_[size_t(o)] = true;
+  }
+
+  // The fusion of the P V product at op index pv, if its inputs are attention.
+  std::optional<AttentionMatch> match(int32_t pv);
+
+private:
+  const Op *def(ValueId v) const {
+    if (v == kNoValue) return nullptr;
+    int32_t p = g_.value(v).producer;
+    if (p < 0 || g_.ops[size_t(p)].dead) return nullptr;
+    return &g_.ops[size_t(p)];
+  }
+  int32_t defIndex(ValueId v) const { return g_.value(v).producer; }
+  const Shape &shape(ValueId v) const { return g_.type(v).shape; }
+  // v feeds op `user` and nothing else (not a graph output either).
+  bool onlyUsedBy(ValueId v, int32_t user) const {
+    return !isOutput_[size_t(v)] && users_[size_t(v)].size() == 1 && users_[size_t(v)][0] == user;
+  }
+  bool isNoOp(const Op &op) const {
+    if (op.inputs.size() != 1 || op.outputs.size() != 1) return false;
+    if (op.type == "Identity") return true;
+    return op.type == "Cast" && g_.type(op.inputs[0]) == g_.type(op.outputs[0]);
+  }
+  // A float constant with one element, as a double.
+  std::optional<double> scalarConst(ValueId v) {
+    const Tensor *t = v == kNoValue ? nullptr : g_.constValue(v);
+    if (!t || t->numel() != 1 || !isFloatType(t->dtype())) return std::nullopt;
+    return t->getAsDouble(0);
+  }
+  // If op is x * c, c * x or x / c with c a scalar constant that does not
+  // broadcast x: x, and the factor.
+  std::optional<std::pair<ValueId, double>> scalarFactor(const Op &op) {
+    if ((op.type != "Mul" && op.type != "Div") || op.inputs.size() != 2) return std::nullopt;
+    for (int side : {1, 0}) {
+      if (side == 0 && op.type == "Div") break;
+      ValueId x = op.inputs[size_t(1 - side)];
+      auto c = scalarConst(op.inputs[size_t(side)]);
+      if (!c || g_.type(x) != g_.type(op.outputs[0])) continue;
+      return std::make_pair(x, op.type == "Div" ? 1.0 / *c : *c);
+    }
+    return std::nullopt;
+  }
+  ValueId throughNoOps(ValueId v) const {
+    for (const Op *op = def(v); op && isNoOp(*op); op = def(v)) v = op->inputs[0];
+    return v;
+  }
+  // Follows no-ops and scalar Mul/Div back from v (on Q or K, where other
+  // users do not matter), multiplying factor.
+  ValueId throughScalars(ValueId v, double &factor) {
+    while (const Op *op = def(v)) {
+      if (isNoOp(*op)) {
+        v = op->inputs[0];
+      } else if (auto f = scalarFactor(*op)) {
+        factor *= f->second;
+        v = f->first;
+      } else {
+        break;
+      }
+    }
+    return v;
+  }
+
+  bool probabilities(ValueId p, int32_t user, int32_t &softmax, bool &guarded);
+  bool scores(ValueId x, int32_t user, AttentionMatch &m, int32_t &qk, bool &guardNeeded);
+  bool maskFromAdd(ValueId mask, const Shape &scores, DType dtype, AttentionMatch &m, bool &guardNeeded);
+  bool maskFromWhere(const Op &where, const Shape &scores, AttentionMatch &m, bool &guardNeeded);
+  std::optional<std::pair<ValueId, std::vector<int64_t>>> untransposed(ValueId kt, const Shape &want);
+  ValueId unrepeated(ValueId x);
+
+  Graph &g_;
+  std::vector<std::vector<int32_t>> users_;
+  std::vector<bool> isOutput_;
+};
+
+// Back from the P of P V to the Softmax over the last axis, through no-ops
+// and the NaN guard, each result used only by the next op.
+bool AttentionMatcher::probabilities(ValueId p, int32_t user, int32_t &softmax, bool &guarded) {
+  guarded = false;
+  for (;;) {
+    const Op *op = def(p);
+    if (!op || !onlyUsedBy(p, user)) return false;
+    int32_t idx = defIndex(p);
+    if (isNoOp(*op)) {
+      p = op->inputs[0], user = idx;
+      continue;
+    }
+    if (op->type == "Where" && op->inputs.size() == 3 && !guarded) {
+      // Where(IsNaN(s), 0, s): s feeds exactly the IsNaN and this Where.
+      ValueId s = op->inputs[2];
+      const Op *isNan = def(op->inputs[0]);
+      auto zero = scalarConst(op->inputs[1]);
+      if (!isNan || isNan->type != "IsNaN" || isNan->inputs[0] != s || !zero || *zero != 0) return false;
+      if (!onlyUsedBy(op->inputs[0], idx) || isOutput_[size_t(s)] || users_[size_t(s)].size() != 2) return false;
+      for (int32_t u : users_[size_t(s)])
+        if (u != idx && u != defIndex(op->inputs[0])) return false;
+      if (g_.type(s) != g_.type(p)) return false;
+      guarded = true;
+      const Op *sm = def(s);
+      if (!sm || sm->type != "Softmax") return false;
+      softmax = defIndex(s);
+      break;
+    }
+    if (op->type != "Softmax") return false;
+    softmax = idx;
+    break;
+  }
+  const Op &sm = g_.ops[size_t(softmax)];
+  int64_t axis = sm.attrs.getInt("axis", -1);
+  return axis == -1 || axis == 3;
+}
+
+// An additive constant mask of the scores' dtype.
+bool AttentionMatcher::maskFromAdd(ValueId mask, const Shape &scores, DType dtype, AttentionMatch &m,
+                                   bool &guardNeeded) {
+  const Tensor *t = g_.constValue(mask);
+  if (!t || t->dtype() != dtype || t->rank() < 1 || t->rank() > 4 || t->shape().back() != scores[3]) return false;
+  MaskView view(*t);
+  const MaskKind kind{false};
+  const int64_t qSeq = scores[2], kvSeq = scores[3];
+  bool allZero = true;
+  for (int64_t i = 0; i < t->numel() && allZero; ++i) allZero = t->getAsDouble(i) == 0;
+  if (allZero) return true;
+  if (isCausalMask(view, kind, qSeq, kvSeq)) {
+    m.causal = true;
+    return true;
+  }
+  guardNeeded = hasFullyMaskedRow(view, kind, qSeq, kvSeq);
+  m.mask = mask;
+  return true;
+}
+
+// Where(keep, scores, fill) or Where(drop, fill, scores) with a constant
+// bool condition and a fill that makes exp() vanish: a bool keep-mask.
+bool AttentionMatcher::maskFromWhere(const Op &where, const Shape &scores, AttentionMatch &m, bool &guardNeeded) {
+  const Tensor *cond = g_.constValue(where.inputs[0]);
+  if (!cond || cond->dtype() != DType::Bool || cond->rank() < 1 || cond->rank() > 4 ||
+      cond->shape().back() != scores[3])
+    return false;
+  const bool inverted = g_.type(where.inputs[1]).shape != scores;
+  auto fill = scalarConst(where.inputs[inverted ? 1 : 2]);
+  if (!fill || !(*fill <= kMaskedBound)) return false;
+  Tensor keep = *cond;
+  if (inverted) {
+    keep = cond->clone();
+    for (int64_t i = 0; i < keep.numel(); ++i) keep.setFromDouble(i, keep.getAsDouble(i) == 0 ? 1 : 0);
+  }
+  MaskView view(keep);
+  const MaskKind kind{true};
+  if (isCausalMask(view, kind, scores[2], scores[3])) {
+    m.causal = true;
+    return true;
+  }
+  if (hasFullyMaskedRow(view, kind, scores[2], scores[3])) {
+    // The softmax of a row of finite fills is uniform, not 0 or NaN.
+    if (*fill != -INFINITY) return false;
+    guardNeeded = true;
+  }
+  if (inverted)
+    m.newMask = std::move(keep);
+  else
+    m.mask = where.inputs[0];
+  return true;
+}
+
+// Back from the softmax's input to the Q K^T MatMul: no-ops, one mask (Add
+// or Where) and then scalar factors, each result used only by the next op.
+bool AttentionMatcher::scores(ValueId x, int32_t user, AttentionMatch &m, int32_t &qk, bool &guardNeeded) {
+  const Shape want = shape(x);
+  if (want.size() != 4) return false;
+  bool maskSeen = false, scaleSeen = false;
+  for (;;) {
+    const Op *op = def(x);
+    if (!op || !onlyUsedBy(x, user) || op->outputs.size() != 1) return false;
+    int32_t idx = defIndex(x);
+    if (isNoOp(*op)) {
+      x = op->inputs[0], user = idx;
+      continue;
+    }
+    if (op->type == "MatMul") {
+      qk = idx;
+      return true;
+    }
+    if (auto f = scalarFactor(*op)) {
+      m.scale *= f->second;
+      scaleSeen = true;
+      x = f->first, user = idx;
+      continue;
+    }
+    // A mask applied after a scale would need scaling itself.
+    if (maskSeen || scaleSeen || shape(op->outputs[0]) != want) return false;
+    maskSeen = true;
+    if (op->type == "Add" && op->inputs.size() == 2) {
+      // The scores are the operand with the full shape that leads to the
+      // product; try each side.
+      bool found = false;
+      for (int side : {0, 1}) {
+        ValueId s = op->inputs[size_t(side)], mask = op->inputs[size_t(1 - side)];
+        if (g_.type(s) != g_.type(x)) continue;
+        AttentionMatch trial = m;
+        bool need = false;
+        if (!maskFromAdd(mask, want, g_.type(x).dtype, trial, need)) continue;
+        m = trial;
+        guardNeeded = need;
+        x = s;
+        found = true;
+        break;
+      }
+      if (!found) return false;
+    } else if (op->type == "Where" && op->inputs.size() == 3) {
+      if (!maskFromWhere(*op, want, m, guardNeeded)) return false;
+      x = g_.type(op->inputs[1]).shape == want ? op->inputs[1] : op->inputs[2];
+      if (g_.type(x) != g_.type(op->outputs[0])) return false;
+    } else {
+      return false;
+    }
+    user = idx;
+  }
+}
+
+// K from K^T: `want` is K's shape [B, H, S, D]. Returns the value and the
+// perm of a Transpose still to apply (empty: none).
+std::optional<std::pair<ValueId, std::vector<int64_t>>> AttentionMatcher::untransposed(ValueId kt, const Shape &want) {
+  // No-ops, and reshapes that only regroup the dims before the last two.
+  auto batchReshapeInput = [&](ValueId v) -> ValueId {
+    const Op *op = def(v);
+    if (op && isNoOp(*op)) return op->inputs[0];
+    if (!op || (op->type != "Reshape" && op->type != "Unsqueeze" && op->type != "Squeeze")) return kNoValue;
+    const Shape &in = shape(op->inputs[0]), &out = shape(v);
+    if (in.size() < 2 || out.size() < 2 || numElements(in) != numElements(out)) return kNoValue;
+    if (in[in.size() - 1] != out[out.size() - 1] || in[in.size() - 2] != out[out.size() - 2]) return kNoValue;
+    return op->inputs[0];
+  };
+  ValueId v = kt;
+  for (ValueId up = batchReshapeInput(v); up != kNoValue; up = batchReshapeInput(v)) v = up;
+  const Op *op = def(v);
+  if (op && op->type == "Transpose") {
+    ValueId x = op->inputs[0];
+    const size_t r = shape(x).size();
+    std::vector<int64_t> perm = op->attrs.getInts("perm");
+    if (perm.empty()) {
+      perm.resize(r);
+      for (size_t i = 0; i < r; ++i) perm[i] = int64_t(r - 1 - i);
+    }
+    std::vector<int64_t> swapLast(r);
+    std::iota(swapLast.begin(), swapLast.end(), 0);
+    if (r >= 2) std::swap(swapLast[r - 1], swapLast[r - 2]);
+    if (r >= 2 && perm == swapLast) {
+      // x's matrices are K's; find the view of x with K's shape.
+      for (ValueId c = x; c != kNoValue; c = batchReshapeInput(c))
+        if (shape(c) == want) return std::make_pair(c, std::vector<int64_t>{});
+    } else if (r == 4 && v == kt) {
+      std::vector<int64_t> composed{perm[0], perm[1], perm[3], perm[2]};
+      if (composed == std::vector<int64_t>{0, 1, 2, 3}) return std::make_pair(x, std::vector<int64_t>{});
+      return std::make_pair(x, composed);
+    }
+  }
+  if (shape(kt).size() != 4) return std::nullopt;
+  return std::make_pair(kt, std::vector<int64_t>{0, 1, 3, 2});
+}
+
+// x = Reshape(Expand(Unsqueeze(y, 2) as [B, kvH, 1, S, D]) to [B, kvH, n, S, D])
+// as [B, kvH * n, S, D] (repeat_kv): y. Else x itself.
+ValueId AttentionMatcher::unrepeated(ValueId x) {
+  const Shape &xs = shape(x);
+  const Op *reshape = def(throughNoOps(x));
+  if (xs.size() != 4 || !reshape || reshape->type != "Reshape") return x;
+  ValueId expanded = throughNoOps(reshape->inputs[0]);
+  const Shape &es = shape(expanded);
+  const Op *expand = def(expanded);
+  if (es.size() != 5 || !expand || expand->type != "Expand") return x;
+  const int64_t kvHeads = es[1], groups = es[2];
+  if (es != Shape{xs[0], kvHeads, groups, xs[2], xs[3]} || kvHeads * groups != xs[1]) return x;
+  ValueId one = throughNoOps(expand->inputs[0]);
+  const Op *unsqueeze = def(one);
+  if (shape(one) != Shape{xs[0], kvHeads, 1, xs[2], xs[3]} || !unsqueeze ||
+      (unsqueeze->type != "Unsqueeze" && unsqueeze->type != "Reshape"))
+    return x;
+  ValueId y = throughNoOps(unsqueeze->inputs[0]);
+  if (shape(y) != Shape{xs[0], kvHeads, xs[2], xs[3]}) return x;
+  return y;
+}
+
+std::optional<AttentionMatch> AttentionMatcher::match(int32_t pv) {
+  const Op &prod = g_.ops[size_t(pv)];
+  if (prod.type != "MatMul" || prod.inputs.size() != 2 || prod.outputs.size() != 1) return std::nullopt;
+  AttentionMatch m;
+  m.y = prod.outputs[0];
+  const TensorType &yt = g_.type(m.y);
+  if (!isFloat32Or64(yt.dtype) || yt.shape.size() != 4) return std::nullopt;
+
+  int32_t softmax = -1, qk = -1;
+  bool guarded = false, guardNeeded = false;
+  if (!probabilities(prod.inputs[0], pv, softmax, guarded)) return std::nullopt;
+  const Op &sm = g_.ops[size_t(softmax)];
+  if (!scores(sm.inputs[0], softmax, m, qk, guardNeeded) || (guardNeeded && !guarded)) return std::nullopt;
+
+  const Op &qkOp = g_.ops[size_t(qk)];
+  if (qkOp.inputs.size() != 2) return std::nullopt;
+  const Shape &scoreShape = shape(qkOp.outputs[0]);
+  ValueId kt = qkOp.inputs[1];
+  m.q = throughScalars(qkOp.inputs[0], m.scale);
+  const Shape &qs = shape(m.q);
+  if (qs.size() != 4 || scoreShape.size() != 4) return std::nullopt;
+  kt = throughScalars(kt, m.scale);
+  const Shape &kts = shape(kt);
+  if (kts.size() != 4 || kts[0] != qs[0] || kts[1] != qs[1] || kts[2] != qs[3]) return std::nullopt;
+  auto k = untransposed(kt, Shape{kts[0], kts[1], kts[3], kts[2]});
+  if (!k) return std::nullopt;
+  m.k = k->first;
+  m.kPerm = k->second;
+  if (m.kPerm.empty()) m.k = throughScalars(m.k, m.scale);
+
+  m.v = prod.inputs[1];
+  const Shape &vs = shape(m.v);
+  if (vs.size() != 4 || vs[0] != qs[0] || vs[1] != qs[1]) return std::nullopt;
+  if (m.kPerm.empty()) {
+    ValueId k1 = unrepeated(m.k), v1 = unrepeated(m.v);
+    if (k1 != m.k && v1 != m.v && shape(k1)[1] == shape(v1)[1]) m.k = k1, m.v = v1;
+  }
+  if (!(float(m.scale) > 0) || !std::isfinite(float(m.scale))) return std::nullopt;
+  for (ValueId x : {m.q, m.k, m.v})
+    if (g_.type(x).dtype != yt.dtype) return std::nullopt;
+
+  // Attention's own shape rules must give the product's shape.
+  Shape kShape = m.kPerm.empty() ? shape(m.k) : transposed(shape(m.k), m.kPerm);
+  Shape maskShape = m.newMask ? m.newMask->shape() : m.mask != kNoValue ? shape(m.mask) : Shape{};
+  cpu::AttentionInputShapes in;
+  in.q = &qs, in.k = &kShape, in.v = &shape(m.v);
+  if (m.mask != kNoValue || m.newMask) in.mask = &maskShape;
+  Attrs attrs;
+  attrs.set("scale", Attr::ofFloat(float(m.scale)));
+  auto d = cpu::attentionDims(attrs, in);
+  if (!d) {
+    llvm::consumeError(d.takeError());
+    return std::nullopt;
+  }
+  if (d->yShape != yt.shape || (!d->mask4.empty() && d->mask4[3] != d->totalSeq)) return std::nullopt;
+  return m;
+}
+
+// Replaces the P V MatMul (which produced m.y) by Attention.
+void rewrite(Graph &g, const AttentionMatch &m) {
+  int32_t at = g.value(m.y).producer;
+  const std::string name = g.ops[size_t(at)].name;
+  // Ops from textual IR may have no name.
+  const std::string base = name.empty() ? g.value(m.y).name : name;
+  ValueId k = m.k;
+  if (!m.kPerm.empty()) {
+    Value kv;
+    kv.name = g.value(m.k).name + "_t";
+    kv.type = TensorType{g.type(m.k).dtype, transposed(g.type(m.k).shape, m.kPerm), false};
+    k = g.addValueUnique(std::move(kv));
+    Op t;
+    t.type = "Transpose";
+    t.name = base + "/k";
+    t.inputs = {m.k};
+    t.outputs = {k};
+    t.attrs.set("perm", Attr::ofInts(m.kPerm));
+    g.insertOp(size_t(at), std::move(t));
+    ++at;
+  }
+  Op att;
+  att.type = "Attention";
+  att.name = name;
+  att.inputs = {m.q, k, m.v};
+  if (m.newMask)
+    att.inputs.push_back(g.addConst(g.value(m.y).name + "_mask", *m.newMask));
+  else if (m.mask != kNoValue)
+    att.inputs.push_back(m.mask);
+  att.outputs = {m.y};
+  att.attrs.set("scale", Attr::ofFloat(float(m.scale)));
+  if (m.causal) att.attrs.set("is_causal", Attr::ofInt(1));
+  g.ops[size_t(at)] = std::move(att);
+}
+
+} // namespace
+
+llvm::Error fuseAttention(Graph &g, const PassOptions &) {
+  std::vector<AttentionMatch> matches;
+  {
+    AttentionMatcher matcher(g);
+    for (size_t i = 0; i < g.ops.size(); ++i)
+      if (!g.ops[i].dead && g.ops[i].type == "MatMul")
+        if (auto m = matcher.match(int32_t(i))) matches.push_back(std::move(*m));
+  }
+  if (matches.empty()) return llvm::Error::success();
+  for (const AttentionMatch &m : matches) rewrite(g, m);
+  markUnusedOpsDead(g, g.outputs);
+  g.compact();
+  return llvm::Error::success();
+}
+
+} // namespace megac::passes

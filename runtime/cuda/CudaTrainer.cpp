@@ -1,0 +1,628 @@
+#include "runtime/cuda/CudaTrainer.h"
+
+#include "runtime/cuda/CudaCheck.h"
+#include "runtime/cuda/GpuProgram.h"
+#include "runtime/plan/StreamLayout.h"
+
+#include "llvm/Support/Format.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+namespace megac::cuda {
+
+using runtime::StepStats;
+using runtime::Trainer;
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+bool cudaDeviceAvailable(std::string *why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    *why = std::string("no usable CUDA device (") + cudaGetErrorString(e) + ")";
+    return false;
+  }
+  if (n == 0) {
+    *why = "no CUDA device";
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+// Host-side state of an event that the CPU optimizer records: the number of
+// records issued and the number completed. A wait targets the most recent
+// record at the time it is issued, as cudaStreamWaitEvent does.
+struct CpuEvent {
+  int64_t issued = 0, done = 0;
+};
+
+// One UPDATE action, run by the optimizer thread in issue order.
+struct UpdateJob {
+  int32_t unit = 0, slot = 0;
+  std::vector<cudaEvent_t> gpuWaits;
+  std::vector<int32_t> records; // CPU events
+  float lr = 0;
+  std::vector<float> *grads = nullptr; // --clip/--grad-accum: accumulate instead of updating
+};
+
+class CudaTrainer final : public Trainer {
+public:
+  explicit CudaTrainer(const plan::Plan &p) : Trainer(p) {}
+  ~CudaTrainer() override;
+
+  llvm::Error init(const CudaOptions &opts);
+  llvm::Expected<StepStats> step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) override;
+  llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets) override;
+  llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                         std::vector<float> *grads, float lr) override;
+  const char *device() const override { return "cuda"; }
+
+private:
+  // Runs the schedule for one micro-batch (forward only when !backward).
+  llvm::Error runMicroBatch(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale, float lr,
+                            std::vector<float> *grads, double &loss, double laneBusy[4]);
+  uint8_t *region(plan::DeviceRegion::Kind kind, int32_t index, int64_t atLeast, llvm::Error &e);
+  llvm::Expected<void *> activationBuffer(int32_t act);
+  llvm::Expected<void *> activationGradBuffer(int32_t act);
+  cudaStream_t streamOf(plan::StreamAction::Stream s) const;
+  void optimizerLoop();
+  void runUpdate(const UpdateJob &job);
+  void waitCpuEvent(int32_t e);
+  llvm::Error drainOptimizer();
+
+  const plan::StreamSchedule *sched_ = nullptr;
+  std::vector<GpuProgram> forward_, backward_;
+  std::vector<plan::WeightLayout> layouts_;
+  std::vector<int64_t> hostBlock_; // per unit: element offset of its weights as one host block, or -1
+  GpuContext gpu_;
+  cudaStream_t h2d_ = nullptr, d2h_ = nullptr;
+  uint8_t *device_ = nullptr;      // the plan's device allocation
+  void *extraWorkspace_ = nullptr; // kernels' scratch beyond the plan's WORKSPACE region, if any
+  uint8_t *workspace_ = nullptr;
+  uint8_t *arena_ = nullptr;
+  float *lossDev_ = nullptr, *seedDev_ = nullptr; // the loss and its gradient seed
+  float *lossHost_ = nullptr;
+  uint8_t *staging_ = nullptr; // pinned: grad_slots x grad_slot_bytes
+  bool paramsPinned_ = false;
+  std::map<std::pair<int, int>, const plan::DeviceRegion *> regions_;
+  std::vector<cudaEvent_t> events_;
+  std::vector<bool> cpuRecorded_; // recorded by an UPDATE
+  std::vector<CpuEvent> cpuEvents_;
+  std::vector<cudaEvent_t> timing_; // start/end per action
+  std::vector<float> stepGrads_;
+  std::vector<bool> gradWritten_; // per activation, this micro-batch
+
+  // Tied parameters: summed over their units until the last contribution.
+  std::vector<int> pending_;
+  std::vector<std::vector<float>> partial_;
+
+  std::thread optimizer_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<UpdateJob> jobs_;
+  bool stop_ = false;
+  int64_t jobsQueued_ = 0, jobsDone_ = 0;
+  double cpuBusy_ = 0;
+  std::string optimizerError_;
+};
+
+CudaTrainer::~CudaTrainer() {
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (optimizer_.joinable()) optimizer_.join();
+  if (gpu_.stream) cudaStreamSynchronize(gpu_.stream);
+  if (h2d_) cudaStreamSynchronize(h2d_);
+  if (d2h_) cudaStreamSynchronize(d2h_);
+  for (cudaEvent_t e : events_) cudaEventDestroy(e);
+  for (cudaEvent_t e : timing_) cudaEventDestroy(e);
+  if (paramsPinned_) cudaHostUnregister(state_.params.data());
+  cudaFreeHost(staging_);
+  cudaFreeHost(lossHost_);
+  cudaFree(device_);
+  cudaFree(extraWorkspace_);
+  cudaFree(lossDev_);
+  if (gpu_.lt) cublasLtDestroy(gpu_.lt);
+  if (gpu_.stream) cudaStreamDestroy(gpu_.stream);
+  if (h2d_) cudaStreamDestroy(h2d_);
+  if (d2h_) cudaStreamDestroy(d2h_);
+}
+
+uint8_t *CudaTrainer::region(plan::DeviceRegion::Kind kind, int32_t index, int64_t atLeast, llvm::Error &e) {
+  auto it = regions_.find({int(kind), index});
+  if (it == regions_.end()) {
+    e = err("the plan's device layout has no " + plan::DeviceRegion::Kind_Name(kind) + " region " +
+            llvm::Twine(index));
+    return nullptr;
+  }
+  if (it->second->bytes() < atLeast) {
+    e = err("the plan's " + plan::DeviceRegion::Kind_Name(kind) + " region " + llvm::Twine(index) + " holds " +
+            llvm::Twine(it->second->bytes()) + " bytes; it needs " + llvm::Twine(atLeast));
+    return nullptr;
+  }
+  return device_ + it->second->offset();
+}
+
+static int64_t activationBytes(const plan::Activation &a) {
+  int64_t n = dtypeSize(DType(int(a.type().dtype())));
+  for (int64_t d : a.type().shape()) n *= d;
+  return n;
+}
+
+llvm::Expected<void *> CudaTrainer::activationBuffer(int32_t act) {
+  const plan::Activation &a = plan_.activations(act);
+  if (a.kind() == plan::Activation::LOSS) return lossDev_;
+  auto kind = a.kind() == plan::Activation::INTERMEDIATE ? plan::DeviceRegion::CHECKPOINT : plan::DeviceRegion::DATA;
+  llvm::Error e = llvm::Error::success();
+  uint8_t *p = region(kind, act, activationBytes(a), e);
+  if (e) return std::move(e);
+  return p;
+}
+
+llvm::Expected<void *> CudaTrainer::activationGradBuffer(int32_t act) {
+  const plan::Activation &a = plan_.activations(act);
+  if (a.kind() == plan::Activation::LOSS) return seedDev_;
+  llvm::Error e = llvm::Error::success();
+  uint8_t *p = region(plan::DeviceRegion::ACTIVATION_GRAD, act, activationBytes(a), e);
+  if (e) return std::move(e);
+  return p;
+}
+
+cudaStream_t CudaTrainer::streamOf(plan::StreamAction::Stream s) const {
+  switch (s) {
+  case plan::StreamAction::H2D: return h2d_;
+  case plan::StreamAction::D2H: return d2h_;
+  default: return gpu_.stream;
+  }
+}
+
+llvm::Error CudaTrainer::init(const CudaOptions &opts) {
+  if (auto e = initHostState()) return e;
+  if (!plan_.has_schedule() || plan_.schedule().actions_size() == 0)
+    return err("the plan has no GPU schedule (compiled by an older megac?): recompile it with megac compile");
+  sched_ = &plan_.schedule();
+  const plan::StreamSchedule &s = *sched_;
+  auto mode = parseComputeMode(plan_.compute());
+  if (!mode) return err("plan compute mode: " + llvm::toString(mode.takeError()));
+  gpu_.mode = *mode;
+
+  // Activations used by several units would need their gradients summed on the GPU.
+  std::vector<int> consumers(size_t(plan_.activations_size()), 0);
+  for (const plan::Unit &u : plan_.units())
+    for (int32_t a : u.activation_inputs()) ++consumers[size_t(a)];
+  for (int a = 0; a < plan_.activations_size(); ++a)
+    if (consumers[size_t(a)] > 1 && plan_.activations(a).kind() == plan::Activation::INTERMEDIATE)
+      return err("activation '" + plan_.activations(a).name() + "' is used by " + llvm::Twine(consumers[size_t(a)]) +
+                 " units; the CUDA runtime does not sum activation gradients across units yet");
+
+  MEGAC_CUDA_TRY(cudaSetDevice(opts.device));
+  cudaDeviceProp prop;
+  MEGAC_CUDA_TRY(cudaGetDeviceProperties(&prop, opts.device));
+  MEGAC_CUDA_TRY(cudaStreamCreateWithFlags(&gpu_.stream, cudaStreamNonBlocking));
+  MEGAC_CUDA_TRY(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
+  MEGAC_CUDA_TRY(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
+  MEGAC_CUBLAS_TRY(cublasLtCreate(&gpu_.lt));
+
+  size_t freeB = 0, totalB = 0;
+  MEGAC_CUDA_TRY(cudaMemGetInfo(&freeB, &totalB));
+  if (s.device_bytes() > int64_t(freeB))
+    return err("the plan needs " + llvm::Twine(s.device_bytes()) + " bytes of GPU memory; " + prop.name + " has " +
+               llvm::Twine(int64_t(freeB)) + " free: recompile with --gpu-mem " +
+               std::to_string(int64_t(freeB >> 30)));
+  MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&device_), size_t(std::max<int64_t>(s.device_bytes(), 256))));
+  for (const plan::DeviceRegion &r : s.regions()) {
+    if (r.offset() < 0 || r.offset() + r.bytes() > s.device_bytes())
+      return err("the plan's " + plan::DeviceRegion::Kind_Name(r.kind()) + " region " + llvm::Twine(r.index()) +
+                 " lies outside its device allocation");
+    regions_[{int(r.kind()), r.index()}] = &r;
+  }
+  MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&lossDev_), 512));
+  seedDev_ = lossDev_ + 64;
+  MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&lossHost_), 64));
+
+  // Programs, their constants, the arena and the kernels' scratch.
+  int64_t constBytes = 0, arenaNeed = 0;
+  size_t workNeed = 0;
+  for (const plan::Template &tp : plan_.templates()) {
+    auto f = GpuProgram::prepare(tp.forward(), "template '" + tp.name() + "' forward");
+    if (!f) return f.takeError();
+    auto b = GpuProgram::prepare(tp.backward(), "template '" + tp.name() + "' backward");
+    if (!b) return b.takeError();
+    for (GpuProgram *g : {&*f, &*b}) {
+      constBytes += g->constantBytes();
+      arenaNeed = std::max(arenaNeed, g->arenaBytes());
+      workNeed = std::max(workNeed, g->workspaceBytes());
+    }
+    forward_.push_back(std::move(*f));
+    backward_.push_back(std::move(*b));
+  }
+  llvm::Error e = llvm::Error::success();
+  plan::ConstantsLayout cl = plan::constantsLayout(plan_);
+  if (cl.bytes < constBytes) return err("the plan's constants layout is smaller than its constants");
+  uint8_t *consts = cl.bytes ? region(plan::DeviceRegion::CONSTANTS, 0, cl.bytes, e) : nullptr;
+  if (e) return e;
+  for (size_t t = 0; t < forward_.size(); ++t) {
+    if (auto e2 = forward_[t].bindConstants(consts, cl.forward[t], gpu_.stream)) return e2;
+    if (auto e2 = backward_[t].bindConstants(consts, cl.backward[t], gpu_.stream)) return e2;
+  }
+  arena_ = arenaNeed ? region(plan::DeviceRegion::ARENA, 0, arenaNeed, e) : device_;
+  if (e) return e;
+  // The WORKSPACE region: the kernels' scratch, then cuBLASLt's at its end.
+  auto ws = regions_.find({int(plan::DeviceRegion::WORKSPACE), 0});
+  int64_t have = ws == regions_.end() ? 0 : ws->second->bytes();
+  if (have >= int64_t(workNeed) + plan::kGemmWorkspaceBytes) {
+    workspace_ = device_ + ws->second->offset();
+    gpu_.gemmWorkspace = workspace_ + have - plan::kGemmWorkspaceBytes;
+    gpu_.gemmWorkspaceBytes = size_t(plan::kGemmWorkspaceBytes);
+  } else {
+    size_t extra = workNeed + size_t(plan::kGemmWorkspaceBytes);
+    MEGAC_CUDA_TRY(cudaMalloc(&extraWorkspace_, extra));
+    workspace_ = static_cast<uint8_t *>(extraWorkspace_);
+    gpu_.gemmWorkspace = workspace_ + workNeed;
+    gpu_.gemmWorkspaceBytes = size_t(plan::kGemmWorkspaceBytes);
+    llvm::errs() << "megac: warning: the kernels need " << extra << " bytes of scratch; the plan reserved " << have
+                 << " (allocated separately: the GPU peak is that much above the plan's)\n";
+  }
+
+  // Weight layouts, host staging and the pinned master weights.
+  for (int u = 0; u < plan_.units_size(); ++u) {
+    layouts_.push_back(plan::unitWeightLayout(plan_, u));
+    // Codegen lays each unit's parameters out on the host as in its slot: one DMA.
+    const plan::Unit &unit = plan_.units(u);
+    int64_t block = unit.parameters_size() ? plan_.parameters(unit.parameters(0)).host_offset() : -1;
+    for (int k = 0; k < unit.parameters_size() && block >= 0; ++k)
+      if ((plan_.parameters(unit.parameters(k)).host_offset() - block) * 4 != layouts_.back().offsets[size_t(k)])
+        block = -1;
+    if (block >= 0 && (block * 4 + layouts_.back().bytes) > hostElements_ * 4) block = -1;
+    hostBlock_.push_back(block);
+    if (layouts_.back().bytes > s.weight_slot_bytes() || layouts_.back().bytes > s.grad_slot_bytes())
+      return err("unit '" + plan_.units(u).name() + "' needs " + llvm::Twine(layouts_.back().bytes) +
+                 " bytes per slot; the plan's slots hold " + llvm::Twine(s.weight_slot_bytes()));
+  }
+  if (s.grad_slots() > 0)
+    MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&staging_),
+                                  size_t(s.grad_slots()) * size_t(s.grad_slot_bytes())));
+  if (!state_.params.empty()) {
+    MEGAC_CUDA_TRY(cudaHostRegister(state_.params.data(), state_.params.size() * 4, cudaHostRegisterDefault));
+    paramsPinned_ = true;
+  }
+
+  // One CUDA event per schedule event; those an UPDATE records live on the host.
+  events_.resize(size_t(s.events_size()));
+  cpuRecorded_.assign(size_t(s.events_size()), false);
+  cpuEvents_.assign(size_t(s.events_size()), {});
+  for (auto &ev : events_) MEGAC_CUDA_TRY(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+  for (const plan::StreamAction &a : s.actions())
+    for (int32_t r : a.records()) {
+      if (r < 0 || r >= s.events_size()) return err("the plan's schedule records an event that does not exist");
+      if (a.stream() == plan::StreamAction::CPU) cpuRecorded_[size_t(r)] = true;
+    }
+  timing_.resize(size_t(2 * s.actions_size()));
+  for (auto &ev : timing_) MEGAC_CUDA_TRY(cudaEventCreate(&ev));
+  MEGAC_CUDA_TRY(cudaStreamSynchronize(gpu_.stream));
+
+  pending_.assign(size_t(plan_.parameters_size()), 0);
+  partial_.resize(size_t(plan_.parameters_size()));
+  optimizer_ = std::thread([this] { optimizerLoop(); });
+  if (opts.verbose)
+    llvm::outs() << "device: " << prop.name << ", " << llvm::format("%.1f", double(s.device_bytes()) / (1ull << 30))
+                 << " GiB of its " << llvm::format("%.1f", double(totalB) / (1ull << 30)) << " GiB planned ("
+                 << s.weight_slots() << " weight slots of " << llvm::format("%.2f", s.weight_slot_bytes() / 1048576.0)
+                 << " MiB), compute " << computeModeName(gpu_.mode) << "\n";
+  return llvm::Error::success();
+}
+
+void CudaTrainer::optimizerLoop() {
+  for (;;) {
+    UpdateJob job;
+    {
+      std::unique_lock<std::mutex> l(mu_);
+      cv_.wait(l, [&] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      job = std::move(jobs_.front());
+      jobs_.pop_front();
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    bool ok = true;
+    for (cudaEvent_t ev : job.gpuWaits) {
+      cudaError_t e = cudaEventSynchronize(ev);
+      if (e != cudaSuccess) {
+        std::lock_guard<std::mutex> l(mu_);
+        optimizerError_ = std::string("optimizer: waiting for a gradient copy: ") + cudaGetErrorString(e);
+        ok = false;
+      }
+    }
+    if (ok) runUpdate(job);
+    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      cpuBusy_ += dt;
+      for (int32_t r : job.records) cpuEvents_[size_t(r)].done++;
+      ++jobsDone_;
+    }
+    cv_.notify_all();
+  }
+}
+
+void CudaTrainer::runUpdate(const UpdateJob &job) {
+  const plan::Unit &unit = plan_.units(job.unit);
+  const plan::WeightLayout &lay = layouts_[size_t(job.unit)];
+  const uint8_t *base = staging_ + size_t(job.slot) * size_t(sched_->grad_slot_bytes());
+  for (int k = 0; k < unit.parameters_size(); ++k) {
+    int32_t pid = unit.parameters(k);
+    const plan::Parameter &p = plan_.parameters(pid);
+    const float *g = reinterpret_cast<const float *>(base + lay.offsets[size_t(k)]);
+    if (job.grads) {
+      float *dst = job.grads->data() + p.host_offset();
+      for (int64_t i = 0; i < p.numel(); ++i) dst[i] += g[i];
+      continue;
+    }
+    if (p.units_size() > 1) {
+      auto &acc = partial_[size_t(pid)];
+      if (pending_[size_t(pid)] == 0) pending_[size_t(pid)] = p.units_size();
+      if (acc.empty()) acc.assign(g, g + p.numel());
+      else
+        for (int64_t i = 0; i < p.numel(); ++i) acc[size_t(i)] += g[i];
+      if (--pending_[size_t(pid)] > 0) continue;
+      updateParam(pid, acc.data(), job.lr, 1.0f);
+      acc.clear();
+      acc.shrink_to_fit();
+    } else {
+      updateParam(pid, g, job.lr, 1.0f);
+    }
+  }
+}
+
+void CudaTrainer::waitCpuEvent(int32_t e) {
+  std::unique_lock<std::mutex> l(mu_);
+  int64_t target = cpuEvents_[size_t(e)].issued;
+  cv_.wait(l, [&] { return cpuEvents_[size_t(e)].done >= target || !optimizerError_.empty(); });
+}
+
+llvm::Error CudaTrainer::drainOptimizer() {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait(l, [&] { return jobsDone_ == jobsQueued_; });
+  if (!optimizerError_.empty()) return err(optimizerError_);
+  return llvm::Error::success();
+}
+
+llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale,
+                                       float lr, std::vector<float> *grads, double &loss, double laneBusy[4]) {
+  const plan::StreamSchedule &s = *sched_;
+  // Data and the loss seed, ahead of everything on the compute stream.
+  for (int i = 0; i < plan_.activations_size(); ++i) {
+    const plan::Activation &a = plan_.activations(i);
+    if (a.kind() != plan::Activation::DATA_TOKENS && a.kind() != plan::Activation::DATA_TARGETS) continue;
+    auto t = dataTensor(a, a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets);
+    if (!t) return t.takeError();
+    auto buf = activationBuffer(i);
+    if (!buf) return buf.takeError();
+    MEGAC_CUDA_TRY(cudaMemcpyAsync(*buf, t->raw(), t->nbytes(), cudaMemcpyHostToDevice, gpu_.stream));
+  }
+  MEGAC_CUDA_TRY(cudaMemcpyAsync(seedDev_, &lossScale, 4, cudaMemcpyHostToDevice, gpu_.stream));
+  MEGAC_CUDA_TRY(cudaStreamSynchronize(gpu_.stream)); // the host values above are stack/temporary memory
+
+  gradWritten_.assign(size_t(plan_.activations_size()), false);
+  int lastAction = s.actions_size() - 1;
+  if (!backward) {
+    lastAction = -1;
+    for (int i = 0; i < s.actions_size(); ++i)
+      if (s.actions(i).kind() == plan::StreamAction::FORWARD) lastAction = i;
+  }
+  std::vector<bool> timed(size_t(s.actions_size()), false);
+  for (int i = 0; i <= lastAction; ++i) {
+    const plan::StreamAction &a = s.actions(i);
+    if (!backward && a.kind() != plan::StreamAction::PREFETCH && a.kind() != plan::StreamAction::FORWARD) continue;
+    const bool onCpu = a.stream() == plan::StreamAction::CPU;
+    cudaStream_t st = streamOf(a.stream());
+    UpdateJob job;
+    for (int32_t w : a.waits()) {
+      if (w < 0 || w >= s.events_size()) return err("the plan's schedule waits for an event that does not exist");
+      if (cpuRecorded_[size_t(w)]) {
+        if (!onCpu) waitCpuEvent(w); // the host holds this GPU action back until the CPU is done
+      } else if (onCpu) {
+        job.gpuWaits.push_back(events_[size_t(w)]);
+      } else {
+        MEGAC_CUDA_TRY(cudaStreamWaitEvent(st, events_[size_t(w)], 0));
+      }
+    }
+    if (a.unit() < 0 || a.unit() >= plan_.units_size()) return err("the plan's schedule names a unit that does not exist");
+    const plan::Unit &unit = plan_.units(a.unit());
+    const plan::WeightLayout &lay = layouts_[size_t(a.unit())];
+    llvm::Error e = llvm::Error::success();
+    if (!onCpu) {
+      MEGAC_CUDA_TRY(cudaEventRecord(timing_[size_t(2 * i)], st));
+      timed[size_t(i)] = true;
+    }
+    switch (a.kind()) {
+    case plan::StreamAction::PREFETCH: {
+      uint8_t *slot = region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
+      if (e) return e;
+      if (hostBlock_[size_t(a.unit())] >= 0) {
+        MEGAC_CUDA_TRY(cudaMemcpyAsync(slot, state_.params.data() + hostBlock_[size_t(a.unit())], size_t(lay.bytes),
+                                       cudaMemcpyHostToDevice, st));
+        break;
+      }
+      for (int k = 0; k < unit.parameters_size(); ++k) {
+        const plan::Parameter &p = plan_.parameters(unit.parameters(k));
+        MEGAC_CUDA_TRY(cudaMemcpyAsync(slot + lay.offsets[size_t(k)], state_.params.data() + p.host_offset(),
+                                       size_t(p.numel()) * 4, cudaMemcpyHostToDevice, st));
+      }
+      break;
+    }
+    case plan::StreamAction::FORWARD:
+    case plan::StreamAction::BACKWARD: {
+      const bool fwd = a.kind() == plan::StreamAction::FORWARD;
+      const GpuProgram &prog = (fwd ? forward_ : backward_)[size_t(unit.template_id())];
+      const plan::Template &tp = plan_.templates(unit.template_id());
+      uint8_t *slot = region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
+      if (e) return e;
+      std::vector<void *> args, results;
+      for (int32_t act : unit.activation_inputs()) {
+        auto b = activationBuffer(act);
+        if (!b) return b.takeError();
+        args.push_back(*b);
+      }
+      for (int k = 0; k < unit.parameters_size(); ++k) args.push_back(slot + lay.offsets[size_t(k)]);
+      if (fwd) {
+        for (int32_t act : unit.activation_outputs()) {
+          auto b = activationBuffer(act);
+          if (!b) return b.takeError();
+          results.push_back(*b);
+        }
+      } else {
+        for (int32_t act : unit.activation_outputs()) {
+          auto b = activationGradBuffer(act);
+          if (!b) return b.takeError();
+          // An output no later unit differentiates (the loss has its seed): zero gradient.
+          if (!gradWritten_[size_t(act)] && plan_.activations(act).kind() != plan::Activation::LOSS)
+            MEGAC_CUDA_TRY(cudaMemsetAsync(*b, 0, size_t(activationBytes(plan_.activations(act))), st));
+          args.push_back(*b);
+        }
+        for (int k = 0; k < unit.activation_inputs_size(); ++k) {
+          if (!tp.input_has_gradient(k)) continue;
+          auto b = activationGradBuffer(unit.activation_inputs(k));
+          if (!b) return b.takeError();
+          results.push_back(*b);
+          gradWritten_[size_t(unit.activation_inputs(k))] = true;
+        }
+        uint8_t *gslot = region(plan::DeviceRegion::GRAD_SLOT, a.grad_slot(), lay.bytes, e);
+        if (e) return e;
+        for (int k = 0; k < unit.parameters_size(); ++k) results.push_back(gslot + lay.offsets[size_t(k)]);
+      }
+      if (auto e2 = prog.run(gpu_, arena_, workspace_, args, results))
+        return err("unit '" + unit.name() + "': " + llvm::toString(std::move(e2)));
+      if (fwd)
+        for (int32_t act : unit.activation_outputs())
+          if (plan_.activations(act).kind() == plan::Activation::LOSS)
+            MEGAC_CUDA_TRY(cudaMemcpyAsync(lossHost_, lossDev_, 4, cudaMemcpyDeviceToHost, st));
+      break;
+    }
+    case plan::StreamAction::OFFLOAD: {
+      uint8_t *gslot = region(plan::DeviceRegion::GRAD_SLOT, a.grad_slot(), lay.bytes, e);
+      if (e) return e;
+      if (a.grad_slot() < 0 || a.grad_slot() >= s.grad_slots()) return err("OFFLOAD to a staging slot that does not exist");
+      MEGAC_CUDA_TRY(cudaMemcpyAsync(staging_ + size_t(a.grad_slot()) * size_t(s.grad_slot_bytes()), gslot,
+                                     size_t(lay.bytes), cudaMemcpyDeviceToHost, st));
+      break;
+    }
+    case plan::StreamAction::UPDATE: {
+      if (a.grad_slot() < 0 || a.grad_slot() >= s.grad_slots()) return err("UPDATE from a staging slot that does not exist");
+      job.unit = a.unit();
+      job.slot = a.grad_slot();
+      job.lr = lr;
+      job.grads = grads;
+      break;
+    }
+    default: return err("the plan's schedule has an action of unknown kind");
+    }
+    if (onCpu) {
+      std::lock_guard<std::mutex> l(mu_);
+      for (int32_t r : a.records()) {
+        cpuEvents_[size_t(r)].issued++;
+        job.records.push_back(r);
+      }
+      jobs_.push_back(std::move(job));
+      ++jobsQueued_;
+      cv_.notify_all();
+    } else {
+      MEGAC_CUDA_TRY(cudaEventRecord(timing_[size_t(2 * i + 1)], st));
+      for (int32_t r : a.records()) MEGAC_CUDA_TRY(cudaEventRecord(events_[size_t(r)], st));
+    }
+  }
+  for (cudaStream_t st : {h2d_, gpu_.stream, d2h_}) MEGAC_CUDA_TRY(cudaStreamSynchronize(st));
+  if (auto e = drainOptimizer()) return e;
+  loss = double(*lossHost_);
+  for (int i = 0; i < s.actions_size(); ++i) {
+    if (!timed[size_t(i)]) continue;
+    float ms = 0;
+    MEGAC_CUDA_TRY(cudaEventElapsedTime(&ms, timing_[size_t(2 * i)], timing_[size_t(2 * i + 1)]));
+    int lane = int(s.actions(i).stream());
+    laneBusy[lane] = std::max(laneBusy[lane], 0.0) + double(ms) / 1000.0;
+  }
+  return llvm::Error::success();
+}
+
+llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) {
+  StepStats stats;
+  const plan::Optimizer &o = plan_.optimizer();
+  const bool keepGrads = o.clip() > 0 || microBatches.size() > 1;
+  ++state_.step;
+  if (keepGrads) stepGrads_.assign(size_t(hostElements_), 0.0f);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    cpuBusy_ = 0;
+  }
+  for (double &b : stats.laneBusy) b = 0;
+  double lossSum = 0;
+  const float scale = keepGrads ? 1.0f / float(microBatches.size()) : 1.0f;
+  for (const auto &mb : microBatches) {
+    double loss = 0;
+    if (auto e = runMicroBatch(mb.first, mb.second, true, scale, lr, keepGrads ? &stepGrads_ : nullptr, loss,
+                               stats.laneBusy)) {
+      --state_.step;
+      return std::move(e);
+    }
+    lossSum += loss;
+  }
+  stats.loss = lossSum / double(microBatches.size());
+  if (keepGrads) {
+    float gradScale = 1.0f;
+    if (o.clip() > 0) {
+      double sq = 0;
+      for (const plan::Parameter &p : plan_.parameters())
+        for (int64_t i = 0; i < p.numel(); ++i) {
+          double g = stepGrads_[size_t(p.host_offset() + i)];
+          sq += g * g;
+        }
+      stats.gradNorm = std::sqrt(sq);
+      double coef = double(o.clip()) / (stats.gradNorm + 1e-6);
+      if (coef < 1.0) gradScale = float(coef);
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    for (int p = 0; p < plan_.parameters_size(); ++p)
+      updateParam(p, stepGrads_.data() + plan_.parameters(p).host_offset(), lr, gradScale);
+    std::lock_guard<std::mutex> l(mu_);
+    cpuBusy_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  stats.laneBusy[plan::StreamAction::CPU] = cpuBusy_;
+  return stats;
+}
+
+llvm::Expected<double> CudaTrainer::evalLoss(const Tensor &tokens, const Tensor &targets) {
+  double loss = 0, lanes[4] = {0, 0, 0, 0};
+  if (auto e = runMicroBatch(tokens, targets, false, 1.0f, 0.0f, nullptr, loss, lanes)) return std::move(e);
+  return loss;
+}
+
+llvm::Expected<double> CudaTrainer::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                                    std::vector<float> *grads, float lr) {
+  double loss = 0, lanes[4] = {0, 0, 0, 0};
+  if (grads && int64_t(grads->size()) < hostElements_) return err("forwardBackward: the gradient array is too small");
+  if (auto e = runMicroBatch(tokens, targets, true, lossScale, lr, grads, loss, lanes)) return std::move(e);
+  return loss;
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<runtime::Trainer>> createCudaTrainer(const plan::Plan &plan, const CudaOptions &opts) {
+  std::unique_ptr<CudaTrainer> t(new CudaTrainer(plan));
+  if (auto e = t->init(opts)) return std::move(e);
+  return std::unique_ptr<runtime::Trainer>(std::move(t));
+}
+
+} // namespace megac::cuda

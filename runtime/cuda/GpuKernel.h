@@ -1,0 +1,100 @@
+#pragma once
+// CUDA kernels for plan ops, the GPU counterpart of runtime/cpu/Kernel.h.
+// A kernel gets device views of its inputs and of its already-placed outputs
+// (final dtype and shape), launches work on ctx.gpu.stream and returns; it
+// never synchronizes, allocates device memory or copies to/from the host.
+// Inputs that are plan constants are also given as host tensors (shape-like
+// inputs such as Reshape's shape or Slice's starts are read from there).
+#include "runtime/core/Attrs.h"
+#include "runtime/core/Tensor.h"
+
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cublasLt.h>
+#include <cuda_runtime.h>
+
+#include <vector>
+
+namespace megac::cuda {
+
+// How matrix products are computed. Tensors are fp32 in every mode; the mode
+// picks the GEMM arithmetic (cuBLASLt compute type): bf16 inputs with fp32
+// accumulation, tf32, or full fp32.
+enum class ComputeMode { BF16, TF32, FP32 };
+llvm::Expected<ComputeMode> parseComputeMode(llvm::StringRef s); // "bf16" | "tf32" | "fp32"
+const char *computeModeName(ComputeMode m);
+
+// A dense row-major tensor in device memory (not owned).
+struct DeviceTensor {
+  void *data = nullptr;
+  DType dtype = DType::Undefined;
+  Shape shape;
+
+  int64_t numel() const { return numElements(shape); }
+  size_t nbytes() const { return size_t(numel()) * dtypeSize(dtype); }
+  template <class T> T *as() const { return static_cast<T *>(data); }
+};
+
+// What every kernel may use; owned by the runtime, one per compute stream.
+struct GpuContext {
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  void *gemmWorkspace = nullptr; // for cuBLASLt heuristics
+  size_t gemmWorkspaceBytes = 0;
+  ComputeMode mode = ComputeMode::BF16;
+};
+
+struct GpuKernelContext {
+  const Attrs &attrs;
+  GpuContext &gpu;
+  std::vector<const DeviceTensor *> inputs; // nullptr for an omitted optional input
+  std::vector<DeviceTensor *> outputs;      // placed by the caller; nullptr for an unused output
+  std::vector<const Tensor *> constants;    // host copy of input i where it is a plan constant, else nullptr
+  // Scratch device memory of the size the kernel's workspace function asked for.
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+
+  size_t numInputs() const { return inputs.size(); }
+  const DeviceTensor *input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }
+  DeviceTensor *output(size_t i) const { return i < outputs.size() ? outputs[i] : nullptr; }
+  const Tensor *constant(size_t i) const { return i < constants.size() ? constants[i] : nullptr; }
+};
+
+// The scratch a kernel needs for these inputs/outputs (data pointers may be
+// null when this is asked at prepare time; shapes, dtypes and constants are set).
+using GpuWorkspaceFn = size_t (*)(const GpuKernelContext &);
+using GpuKernelFn = llvm::Error (*)(GpuKernelContext &);
+
+struct GpuKernel {
+  GpuKernelFn run = nullptr;
+  GpuWorkspaceFn workspace = nullptr; // nullptr: needs none
+};
+
+void registerGpuKernel(llvm::StringRef opType, GpuKernelFn fn, GpuWorkspaceFn workspace = nullptr);
+// nullptr if no CUDA kernel exists for opType.
+const GpuKernel *lookupGpuKernel(llvm::StringRef opType);
+// An error whose message is "OP: msg" (the same form as the CPU kernels').
+llvm::Error gpuKernelError(llvm::StringRef opType, const llvm::Twine &msg);
+
+// Each family registers its kernels (one file per family); the registry calls them once.
+void registerElementwiseGpuKernels(); // ElementwiseKernels.cu
+void registerShapeGpuKernels();       // ShapeKernels.cu
+void registerReductionGpuKernels();   // ReductionKernels.cu
+void registerSoftmaxGpuKernels();     // SoftmaxKernels.cu
+void registerNormGpuKernels();        // NormKernels.cu
+void registerRotaryGpuKernels();      // RotaryKernels.cu
+void registerEmbeddingGpuKernels();   // EmbeddingKernels.cu (Gather, megac.GatherGrad)
+void registerLossGpuKernels();        // LossKernels.cu (megac.SoftmaxCrossEntropy[Grad])
+void registerMatMulGpuKernels();      // MatMulKernels.cu (MatMul, Gemm)
+void registerAttentionGpuKernels();   // AttentionKernels.cu (Attention, megac.AttentionGrad)
+
+// Launch shape helper: blocks of `threads` covering n items (capped grid, kernels grid-stride).
+inline unsigned gridFor(int64_t n, unsigned threads = 256) {
+  int64_t b = (n + threads - 1) / threads;
+  if (b < 1) b = 1;
+  if (b > 65535 * 8) b = 65535 * 8;
+  return unsigned(b);
+}
+
+} // namespace megac::cuda

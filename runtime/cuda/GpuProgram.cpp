@@ -1,0 +1,157 @@
+#include "runtime/cuda/GpuProgram.h"
+
+#include "runtime/cuda/CudaCheck.h"
+
+namespace megac::cuda {
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+
+llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std::string &what) {
+  GpuProgram g;
+  g.what_ = what;
+  const int n = p.values_size();
+  if (p.arena_offsets_size() != n)
+    return err(what + ": the plan has no device memory plan for this program (compiled by an older megac?): "
+                      "recompile the model with megac compile");
+  g.arenaBytes_ = p.arena_bytes();
+  g.values_.resize(size_t(n));
+  g.offsets_.assign(p.arena_offsets().begin(), p.arena_offsets().end());
+  g.hostConstants_.resize(size_t(n));
+  g.constantAddr_.assign(size_t(n), nullptr);
+  for (int i = 0; i < n; ++i) {
+    const auto &v = p.values(i);
+    DeviceTensor &t = g.values_[size_t(i)];
+    t.dtype = DType(int(v.type().dtype()));
+    t.shape.assign(v.type().shape().begin(), v.type().shape().end());
+    if (v.kind() == plan::Program::Value::CONSTANT) {
+      if (v.constant().data().empty() && t.nbytes() != 0)
+        return err(what + ": constant '" + v.name() + "' has no data (the model was compiled without weights)");
+      auto c = plan::fromProto(v.constant());
+      if (!c) return err(what + ": constant '" + v.name() + "': " + llvm::toString(c.takeError()));
+      g.hostConstants_[size_t(i)] = *c;
+    }
+    int64_t off = g.offsets_[size_t(i)];
+    if (off >= 0 && (off % 256 != 0 || off + int64_t(t.nbytes()) > g.arenaBytes_))
+      return err(what + ": value '" + v.name() + "' lies outside the program's arena");
+  }
+  auto checkId = [&](int32_t id) { return id >= -1 && id < n; };
+  std::vector<bool> isArgument(size_t(n), false);
+  for (int32_t a : p.arguments()) {
+    if (!checkId(a) || a < 0) return err(what + ": an argument refers to no value");
+    isArgument[size_t(a)] = true;
+  }
+  for (int k = 0; k < p.ops_size(); ++k) {
+    const auto &o = p.ops(k);
+    Op op;
+    op.type = o.type();
+    op.name = o.name();
+    op.kernel = lookupGpuKernel(op.type);
+    if (!op.kernel) return err(what + ": op '" + o.name() + "' (" + op.type + ") has no CUDA kernel");
+    for (int32_t in : o.inputs()) {
+      if (!checkId(in)) return err(what + ": op '" + o.name() + "' reads a value that does not exist");
+      op.inputs.push_back(in);
+    }
+    for (int32_t out : o.outputs()) {
+      if (!checkId(out)) return err(what + ": op '" + o.name() + "' writes a value that does not exist");
+      if (out >= 0 && g.offsets_[size_t(out)] < 0)
+        return err(what + ": op '" + o.name() + "' output '" + p.values(out).name() + "' has no place in the arena");
+      op.outputs.push_back(out);
+    }
+    auto attrs = plan::fromProto(o.attributes());
+    if (!attrs) return err(what + ": op '" + o.name() + "': " + llvm::toString(attrs.takeError()));
+    op.attrs = std::move(*attrs);
+    g.ops_.push_back(std::move(op));
+  }
+  g.arguments_.assign(p.arguments().begin(), p.arguments().end());
+  for (int32_t r : p.results()) {
+    if (!checkId(r) || r < 0) return err(what + ": a result refers to no value");
+    g.results_.push_back(r);
+  }
+  // The scratch each op asks for, from shapes and constants alone.
+  GpuContext none;
+  for (const Op &op : g.ops_) {
+    if (!op.kernel->workspace) continue;
+    std::vector<DeviceTensor> ins, outs;
+    GpuKernelContext ctx{op.attrs, none, {}, {}, {}};
+    ins.reserve(op.inputs.size());
+    outs.reserve(op.outputs.size());
+    for (int32_t in : op.inputs) {
+      ins.push_back(in >= 0 ? g.values_[size_t(in)] : DeviceTensor{});
+      ctx.inputs.push_back(in >= 0 ? &ins.back() : nullptr);
+      ctx.constants.push_back(in >= 0 && g.hostConstants_[size_t(in)].defined() ? &g.hostConstants_[size_t(in)]
+                                                                                 : nullptr);
+    }
+    for (int32_t out : op.outputs) {
+      outs.push_back(out >= 0 ? g.values_[size_t(out)] : DeviceTensor{});
+      ctx.outputs.push_back(out >= 0 ? &outs.back() : nullptr);
+    }
+    g.workspaceBytes_ = std::max(g.workspaceBytes_, op.kernel->workspace(ctx));
+  }
+  return std::move(g);
+}
+
+int64_t GpuProgram::constantBytes() const {
+  int64_t total = 0;
+  for (const Tensor &t : hostConstants_)
+    if (t.defined()) total += align256(int64_t(t.nbytes()));
+  return total;
+}
+
+llvm::Error GpuProgram::bindConstants(uint8_t *regionBase, const std::vector<int64_t> &offsets, cudaStream_t stream) {
+  for (size_t i = 0; i < hostConstants_.size(); ++i) {
+    const Tensor &t = hostConstants_[i];
+    if (!t.defined()) continue;
+    if (t.nbytes() == 0) {
+      constantAddr_[i] = regionBase ? regionBase : reinterpret_cast<uint8_t *>(256); // never dereferenced
+      continue;
+    }
+    if (i >= offsets.size() || offsets[i] < 0 || !regionBase)
+      return err(what_ + ": constant " + llvm::Twine(i) + " has no place in the plan's CONSTANTS region");
+    uint8_t *p = regionBase + offsets[i];
+    constantAddr_[i] = p;
+    if (t.nbytes()) MEGAC_CUDA_TRY(cudaMemcpyAsync(p, t.raw(), t.nbytes(), cudaMemcpyHostToDevice, stream));
+  }
+  // The host copies stay: kernels read shape-like constants from them.
+  MEGAC_CUDA_TRY(cudaStreamSynchronize(stream));
+  return llvm::Error::success();
+}
+
+llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const std::vector<void *> &args,
+                            const std::vector<void *> &results) const {
+  if (args.size() != arguments_.size() || results.size() != results_.size())
+    return err(what_ + ": called with " + llvm::Twine(args.size()) + " arguments and " +
+               llvm::Twine(results.size()) + " results, expected " + llvm::Twine(arguments_.size()) + " and " +
+               llvm::Twine(results_.size()));
+  std::vector<DeviceTensor> env = values_;
+  auto *arenaBase = static_cast<uint8_t *>(arena);
+  for (size_t i = 0; i < env.size(); ++i) {
+    if (constantAddr_[i]) env[i].data = constantAddr_[i];
+    else if (offsets_[i] >= 0) env[i].data = arenaBase + offsets_[i];
+    else env[i].data = nullptr;
+  }
+  for (size_t i = 0; i < args.size(); ++i) env[size_t(arguments_[i])].data = args[i];
+  for (const Op &op : ops_) {
+    GpuKernelContext kc{op.attrs, ctx, {}, {}, {}};
+    kc.inputs.reserve(op.inputs.size());
+    for (int32_t in : op.inputs) {
+      kc.inputs.push_back(in >= 0 ? &env[size_t(in)] : nullptr);
+      kc.constants.push_back(in >= 0 && hostConstants_[size_t(in)].defined() ? &hostConstants_[size_t(in)] : nullptr);
+    }
+    for (int32_t out : op.outputs) kc.outputs.push_back(out >= 0 ? &env[size_t(out)] : nullptr);
+    kc.workspace = workspace;
+    kc.workspaceBytes = workspaceBytes_;
+    if (auto e = op.kernel->run(kc)) return err(what_ + ": op '" + op.name + "': " + llvm::toString(std::move(e)));
+  }
+  for (size_t i = 0; i < results_.size(); ++i) {
+    const DeviceTensor &v = env[size_t(results_[i])];
+    if (v.data != results[i] && v.nbytes())
+      MEGAC_CUDA_TRY(cudaMemcpyAsync(results[i], v.data, v.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream));
+  }
+  return llvm::Error::success();
+}
+
+} // namespace megac::cuda

@@ -1,0 +1,59 @@
+#pragma once
+// Runs a plan Program on the GPU: the CUDA counterpart of
+// runtime/ProgramRunner.h. Preparing checks that every op has a CUDA kernel,
+// converts attributes once and takes each temporary's place in the arena
+// from the plan (Program.arena_offsets). A prepared program is stateless:
+// every unit of its template runs it with its own argument pointers
+// (activations, the weight slot), so no per-layer state lives on the GPU.
+#include "runtime/cuda/GpuKernel.h"
+#include "runtime/plan/PlanIO.h"
+
+namespace megac::cuda {
+
+class GpuProgram {
+public:
+  // Constants are uploaded by bindConstants.
+  static llvm::Expected<GpuProgram> prepare(const plan::Program &p, const std::string &what);
+
+  // Bytes this program's constants need in device memory (each 256-aligned).
+  int64_t constantBytes() const;
+  // Uploads each constant to regionBase + offsets[value id] (plan::constantsLayout)
+  // and keeps the addresses.
+  llvm::Error bindConstants(uint8_t *regionBase, const std::vector<int64_t> &offsets, cudaStream_t stream);
+
+  int64_t arenaBytes() const { return arenaBytes_; }
+  // The largest scratch any op asks for.
+  size_t workspaceBytes() const { return workspaceBytes_; }
+
+  // Runs on ctx.stream: `args` are device pointers in the program's argument
+  // order; each result is copied to `results[i]` (device pointers) unless the
+  // op already wrote it there.
+  llvm::Error run(GpuContext &ctx, void *arena, void *workspace, const std::vector<void *> &args,
+                  const std::vector<void *> &results) const;
+
+  const std::string &name() const { return what_; }
+  size_t numArguments() const { return arguments_.size(); }
+  size_t numResults() const { return results_.size(); }
+  // dtype and shape of argument i / result i (for the caller's checks).
+  const DeviceTensor &argumentType(size_t i) const { return values_[size_t(arguments_[i])]; }
+  const DeviceTensor &resultType(size_t i) const { return values_[size_t(results_[i])]; }
+
+private:
+  struct Op {
+    std::string type, name;
+    const GpuKernel *kernel = nullptr;
+    std::vector<int32_t> inputs, outputs;
+    Attrs attrs;
+  };
+  std::string what_;
+  std::vector<DeviceTensor> values_;   // data: arena offset (as a pointer-sized integer) until run
+  std::vector<int64_t> offsets_;       // arena offset, -1 if not in the arena
+  std::vector<Tensor> hostConstants_;  // host copies, indexed like values_
+  std::vector<void *> constantAddr_;   // device copies, indexed like values_
+  std::vector<Op> ops_;
+  std::vector<int32_t> arguments_, results_;
+  int64_t arenaBytes_ = 0;
+  size_t workspaceBytes_ = 0;
+};
+
+} // namespace megac::cuda

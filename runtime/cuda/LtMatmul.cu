@@ -1,0 +1,291 @@
+// ltMatmul: row-major strided-batched fp32 GEMMs on cuBLASLt (see LtMatmul.h).
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T, and a
+// row-major matrix read as column-major is its transpose: so cuBLASLt gets our
+// B as its A and our A as its B, with the same transpose flags, and our C as a
+// column-major n x m matrix.
+#include "runtime/cuda/LtMatmul.h"
+
+#include "runtime/cuda/CudaCheck.h"
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <tuple>
+#include <type_traits>
+#include <unordered_map>
+
+namespace megac::cuda {
+
+cublasComputeType_t ltComputeType(ComputeMode mode) {
+  switch (mode) {
+  case ComputeMode::BF16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+  case ComputeMode::TF32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+  case ComputeMode::FP32: return CUBLAS_COMPUTE_32F;
+  }
+  return CUBLAS_COMPUTE_32F;
+}
+
+namespace {
+
+// cuBLASLt takes the batch count as int32; stay well inside what its kernels
+// index on a grid dimension.
+constexpr int64_t kMaxBatchPerCall = 65535;
+// Distinct problems are few in a plan; a runaway cache is cleared.
+constexpr size_t kMaxCachedPlans = 4096;
+
+// C_i = (beta == 0 ? 0 : beta * C_i) + bias (broadcast over rows).
+__global__ void prepareCKernel(float *c, int64_t ldc, int64_t strideC, int64_t m, int64_t n, int64_t batch,
+                               float beta, const float *bias) {
+  const int64_t total = batch * m * n;
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t col = e % n, row = (e / n) % m, i = e / (m * n);
+    float *p = c + i * strideC + row * ldc + col;
+    float v = beta == 0.0f ? 0.0f : beta * *p;
+    if (bias) v += bias[col];
+    *p = v;
+  }
+}
+
+llvm::Error prepareC(GpuContext &ctx, float *c, int64_t ldc, int64_t strideC, int64_t m, int64_t n, int64_t batch,
+                     float beta, const float *bias) {
+  const int64_t total = batch * m * n;
+  if (total == 0) return llvm::Error::success();
+  prepareCKernel<<<gridFor(total), 256, 0, ctx.stream>>>(c, ldc, strideC, m, n, batch, beta, bias);
+  MEGAC_CUDA_LAUNCHED();
+  return llvm::Error::success();
+}
+
+// The largest power of two (at most 256) dividing every matrix's address.
+uint32_t alignmentOf(const void *p, int64_t strideElems, int64_t batch) {
+  uint64_t v = uint64_t(reinterpret_cast<uintptr_t>(p)) | 256u;
+  if (batch > 1) v |= uint64_t(strideElems) * sizeof(float);
+  return uint32_t(v & (~v + 1));
+}
+
+struct PlanKey {
+  cublasLtHandle_t handle;
+  int mode;
+  bool transA, transB, bias;
+  int64_t m, n, k, batch, lda, ldb, ldc, strideA, strideB, strideC;
+  uint32_t alignA, alignB, alignC, alignBias;
+  size_t workspace;
+
+  auto tie() const {
+    return std::tie(handle, mode, transA, transB, bias, m, n, k, batch, lda, ldb, ldc, strideA, strideB, strideC,
+                    alignA, alignB, alignC, alignBias, workspace);
+  }
+  bool operator==(const PlanKey &o) const { return tie() == o.tie(); }
+};
+
+struct PlanKeyHash {
+  size_t operator()(const PlanKey &k) const {
+    size_t h = std::hash<const void *>()(k.handle);
+    auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
+    mix(uint64_t(k.mode) | uint64_t(k.transA) << 8 | uint64_t(k.transB) << 9 | uint64_t(k.bias) << 10);
+    for (int64_t v : {k.m, k.n, k.k, k.batch, k.lda, k.ldb, k.ldc, k.strideA, k.strideB, k.strideC}) mix(uint64_t(v));
+    mix(uint64_t(k.alignA) | uint64_t(k.alignB) << 16 | uint64_t(k.alignC) << 32 | uint64_t(k.alignBias) << 48);
+    mix(k.workspace);
+    return h;
+  }
+};
+
+// Descriptors and the chosen algorithm of one problem.
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t layoutA = nullptr, layoutB = nullptr, layoutC = nullptr; // cuBLASLt's A, B, C/D
+  cublasLtMatmulAlgo_t algo{};
+  size_t workspace = 0;
+  bool biasEpilogue = false; // a bias was asked for and the epilogue adds it
+
+  Plan() = default;
+  Plan(const Plan &) = delete;
+  Plan &operator=(const Plan &) = delete;
+  ~Plan() {
+    if (layoutC) cublasLtMatrixLayoutDestroy(layoutC);
+    if (layoutB) cublasLtMatrixLayoutDestroy(layoutB);
+    if (layoutA) cublasLtMatrixLayoutDestroy(layoutA);
+    if (desc) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+// A column-major layout of `rows` x `cols` with leading dimension ld, batched.
+llvm::Error makeLayout(cublasLtMatrixLayout_t *layout, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                       int64_t stride) {
+  MEGAC_CUBLAS_TRY(cublasLtMatrixLayoutCreate(layout, CUDA_R_32F, uint64_t(rows), uint64_t(cols), ld));
+  if (batch > 1) {
+    int32_t count = int32_t(batch);
+    MEGAC_CUBLAS_TRY(
+        cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+    MEGAC_CUBLAS_TRY(
+        cublasLtMatrixLayoutSetAttribute(*layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof(stride)));
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error setEpilogue(Plan &p, bool bias, const float *biasPtr) {
+  cublasLtEpilogue_t epi = bias ? CUBLASLT_EPILOGUE_BIAS : CUBLASLT_EPILOGUE_DEFAULT;
+  MEGAC_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof(epi)));
+  if (bias) {
+    // The heuristic reads the pointer's value for its alignment.
+    const void *ptr = biasPtr;
+    MEGAC_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr)));
+  }
+  return llvm::Error::success();
+}
+
+// The best algorithm for the plan's descriptors; false when none applies.
+llvm::Expected<bool> chooseAlgo(const PlanKey &key, Plan &p) {
+  cublasLtMatmulPreference_t pref = nullptr;
+  MEGAC_CUBLAS_TRY(cublasLtMatmulPreferenceCreate(&pref));
+  std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>, cublasStatus_t (*)(cublasLtMatmulPreference_t)>
+      prefOwner(pref, cublasLtMatmulPreferenceDestroy);
+  uint64_t ws = key.workspace;
+  MEGAC_CUBLAS_TRY(
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws)));
+  // cuBLASLt's A is our B and its B our A.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, uint32_t> aligns[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, key.alignB},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, key.alignA},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, key.alignC},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignC}};
+  for (auto &[attr, value] : aligns)
+    MEGAC_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(key.handle, p.desc, p.layoutA, p.layoutB, p.layoutC, p.layoutC,
+                                                    pref, 1, &result, &found);
+  if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
+  if (s != CUBLAS_STATUS_SUCCESS) return cublasFailure(s, "cublasLtMatmulAlgoGetHeuristic");
+  p.algo = result.algo;
+  p.workspace = result.workspaceSize;
+  return true;
+}
+
+llvm::Error buildPlan(const PlanKey &key, ComputeMode mode, const float *biasPtr, Plan &p) {
+  MEGAC_CUBLAS_TRY(cublasLtMatmulDescCreate(&p.desc, ltComputeType(mode), CUDA_R_32F));
+  cublasOperation_t opA = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLASLt's A = our B
+  cublasOperation_t opB = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  MEGAC_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
+  MEGAC_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
+  // Our row-major B (k x n, or n x k stored when transposed) read column-major.
+  if (auto e = makeLayout(&p.layoutA, key.transB ? key.k : key.n, key.transB ? key.n : key.k, key.ldb, key.batch,
+                          key.strideB))
+    return e;
+  if (auto e = makeLayout(&p.layoutB, key.transA ? key.m : key.k, key.transA ? key.k : key.m, key.lda, key.batch,
+                          key.strideA))
+    return e;
+  if (auto e = makeLayout(&p.layoutC, key.n, key.m, key.ldc, key.batch, key.strideC)) return e;
+  if (key.bias) {
+    if (auto e = setEpilogue(p, true, biasPtr)) return e;
+    auto ok = chooseAlgo(key, p);
+    if (!ok) return ok.takeError();
+    if (*ok) {
+      p.biasEpilogue = true;
+      return llvm::Error::success();
+    }
+    // No algorithm with the bias epilogue: ltMatmul adds the bias itself.
+    if (auto e = setEpilogue(p, false, nullptr)) return e;
+  }
+  auto ok = chooseAlgo(key, p);
+  if (!ok) return ok.takeError();
+  if (!*ok)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "cuBLASLt has no algorithm for a " + std::to_string(key.m) + "x" +
+                                       std::to_string(key.n) + "x" + std::to_string(key.k) + " product (batch " +
+                                       std::to_string(key.batch) + ", " + computeModeName(mode) + ")");
+  return llvm::Error::success();
+}
+
+std::mutex cacheMutex;
+std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash> &planCache() {
+  static auto *cache = new std::unordered_map<PlanKey, std::unique_ptr<Plan>, PlanKeyHash>();
+  return *cache;
+}
+
+llvm::Error checkShape(const LtGemm &g) {
+  auto bad = [](const std::string &what) {
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "ltMatmul: " + what);
+  };
+  if (g.m < 0 || g.n < 0 || g.k < 0 || g.batch < 0) return bad("negative size");
+  if (g.strideA < 0 || g.strideB < 0 || g.strideC < 0) return bad("negative batch stride");
+  if (g.ldc < g.n) return bad("ldc is smaller than n");
+  if (g.lda < (g.transA ? g.m : g.k) || g.ldb < (g.transB ? g.k : g.n)) return bad("lda/ldb smaller than a row");
+  if (g.batch > 1 && g.strideC < g.m * g.ldc - (g.ldc - g.n) && g.m * g.n > 0)
+    return bad("the C matrices of the batch overlap");
+  return llvm::Error::success();
+}
+
+// One call of at most kMaxBatchPerCall products.
+llvm::Error runChunk(GpuContext &ctx, const LtGemm &g) {
+  const bool batched = g.batch > 1;
+  PlanKey key{};
+  key.handle = ctx.lt;
+  key.mode = int(ctx.mode);
+  key.transA = g.transA;
+  key.transB = g.transB;
+  key.bias = g.bias != nullptr;
+  key.m = g.m, key.n = g.n, key.k = g.k, key.batch = g.batch;
+  key.lda = g.lda, key.ldb = g.ldb, key.ldc = g.ldc;
+  key.strideA = batched ? g.strideA : 0;
+  key.strideB = batched ? g.strideB : 0;
+  key.strideC = batched ? g.strideC : 0;
+  key.alignA = alignmentOf(g.a, g.strideA, g.batch);
+  key.alignB = alignmentOf(g.b, g.strideB, g.batch);
+  key.alignC = alignmentOf(g.c, g.strideC, g.batch);
+  key.alignBias = g.bias ? alignmentOf(g.bias, 0, 1) : 0;
+  key.workspace = ctx.gemmWorkspace ? ctx.gemmWorkspaceBytes : 0;
+
+  std::lock_guard<std::mutex> lock(cacheMutex);
+  auto &cache = planCache();
+  auto it = cache.find(key);
+  if (it == cache.end()) {
+    auto plan = std::make_unique<Plan>();
+    if (auto e = buildPlan(key, ctx.mode, g.bias, *plan)) return e;
+    if (cache.size() >= kMaxCachedPlans) cache.clear();
+    it = cache.emplace(key, std::move(plan)).first;
+  }
+  Plan &p = *it->second;
+  float beta = g.beta;
+  if (g.bias) {
+    if (p.biasEpilogue) {
+      const void *ptr = g.bias;
+      MEGAC_CUBLAS_TRY(
+          cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr)));
+    } else {
+      if (auto e = prepareC(ctx, g.c, g.ldc, key.strideC, g.m, g.n, g.batch, g.beta, g.bias)) return e;
+      beta = 1.0f;
+    }
+  }
+  MEGAC_CUBLAS_TRY(cublasLtMatmul(ctx.lt, p.desc, &g.alpha, g.b, p.layoutA, g.a, p.layoutB, &beta, g.c, p.layoutC, g.c,
+                                  p.layoutC, &p.algo, p.workspace ? ctx.gemmWorkspace : nullptr, p.workspace,
+                                  ctx.stream));
+  return llvm::Error::success();
+}
+
+} // namespace
+
+llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
+  LtGemm g = in;
+  if (g.lda == 0) g.lda = g.transA ? g.m : g.k;
+  if (g.ldb == 0) g.ldb = g.transB ? g.k : g.n;
+  if (g.ldc == 0) g.ldc = g.n;
+  // cuBLASLt wants leading dimensions of at least 1 even for degenerate shapes.
+  g.lda = std::max<int64_t>(g.lda, 1);
+  g.ldb = std::max<int64_t>(g.ldb, 1);
+  g.ldc = std::max<int64_t>(g.ldc, 1);
+  if (auto e = checkShape(g)) return e;
+  if (g.m == 0 || g.n == 0 || g.batch == 0) return llvm::Error::success();
+  if (g.k == 0) return prepareC(ctx, g.c, g.ldc, g.strideC, g.m, g.n, g.batch, g.beta, g.bias);
+  for (int64_t first = 0; first < g.batch; first += kMaxBatchPerCall) {
+    LtGemm chunk = g;
+    chunk.batch = std::min(kMaxBatchPerCall, g.batch - first);
+    chunk.a = g.a + first * g.strideA;
+    chunk.b = g.b + first * g.strideB;
+    chunk.c = g.c + first * g.strideC;
+    if (auto e = runChunk(ctx, chunk)) return e;
+  }
+  return llvm::Error::success();
+}
+
+} // namespace megac::cuda

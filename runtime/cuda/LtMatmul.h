@@ -1,0 +1,51 @@
+#pragma once
+// Strided-batched fp32 matrix products through cuBLASLt, stated in row-major
+// terms. The MatMul/Gemm and Attention kernels use it; so can any kernel that
+// needs a GEMM.
+//
+// For i in [0, batch):
+//   C_i = alpha * op(A_i) * op(B_i) + beta * C_i (+ bias broadcast over rows)
+// where op(A_i) is m x k, op(B_i) is k x n and C_i is m x n, all row-major:
+//   A_i = a + i * strideA, stored [m, k] (or [k, m] when transA) with row stride lda,
+//   B_i = b + i * strideB, stored [k, n] (or [n, k] when transB) with row stride ldb,
+//   C_i = c + i * strideC, stored [m, n] with row stride ldc.
+// A stride of 0 reuses one matrix for the whole batch (broadcasting). A
+// leading dimension of 0 means "packed" (the stored matrix's column count).
+// Tensors are fp32; ctx.gpu.mode picks the arithmetic: BF16 -> bf16 tensor-core
+// products with fp32 accumulation (CUBLAS_COMPUTE_32F_FAST_16BF), TF32 ->
+// CUBLAS_COMPUTE_32F_FAST_TF32, FP32 -> CUBLAS_COMPUTE_32F.
+// beta == 0 never reads C (NaNs there do not propagate). k == 0 gives
+// C = beta * C (+ bias). The work is enqueued on ctx.stream with
+// ctx.gemmWorkspace; nothing synchronizes. Descriptors and the heuristic's
+// algorithm are cached per shape/stride/alignment/mode (host side, thread-safe).
+#include "runtime/cuda/GpuKernel.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+
+namespace megac::cuda {
+
+struct LtGemm {
+  int64_t m = 0, n = 0, k = 0;
+  int64_t batch = 1;
+  const float *a = nullptr;
+  int64_t lda = 0, strideA = 0;
+  bool transA = false;
+  const float *b = nullptr;
+  int64_t ldb = 0, strideB = 0;
+  bool transB = false;
+  float *c = nullptr;
+  int64_t ldc = 0, strideC = 0;
+  float alpha = 1, beta = 0;
+  // Optional [n] vector added to every row of every C_i (a cuBLASLt epilogue
+  // where one applies, else a small kernel before the product).
+  const float *bias = nullptr;
+};
+
+llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &g);
+
+// The cuBLASLt compute type a mode stands for.
+cublasComputeType_t ltComputeType(ComputeMode mode);
+
+} // namespace megac::cuda

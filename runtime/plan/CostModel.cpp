@@ -1,0 +1,461 @@
+#include "runtime/plan/CostModel.h"
+
+#include "runtime/cpu/NormAttentionShapes.h"
+#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/PlanReport.h"
+#include "runtime/plan/StreamLayout.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+
+namespace megac::plan {
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+const char *laneName(int lane) {
+  switch (lane) {
+  case kLaneH2D: return "H2D";
+  case kLaneCompute: return "compute";
+  case kLaneD2H: return "D2H";
+  case kLaneCPU: return "CPU";
+  default: return "unknown";
+  }
+}
+
+// --- the work of a program ---
+
+static Shape shapeOf(const TensorType &t) { return Shape(t.shape().begin(), t.shape().end()); }
+
+static int64_t numel(const TensorType &t) {
+  int64_t n = 1;
+  for (int64_t d : t.shape()) n *= d;
+  return n;
+}
+
+// The value `id` of p, or nullptr where the op omits it.
+static const Program::Value *valueAt(const Program &p, int32_t id) {
+  return id >= 0 && id < p.values_size() ? &p.values(id) : nullptr;
+}
+
+// Flops of Attention(Q, K, V, mask?, past_key?, past_value?, nonpad?) or
+// megac.AttentionGrad(dY, Q, K, V, mask?, nonpad?): per head and query row,
+// Q*K^T is 2*Skv*D flops and P*V 2*Skv*Dv. The backward recomputes Q*K^T and
+// runs four more products (dV, dP, dQ, dK): 2*Skv*(3D + 2Dv). Causal masking
+// halves both (a fused kernel skips the masked blocks).
+static llvm::Expected<double> attentionFlops(const Program &p, const Program::Op &op) {
+  bool grad = op.type() == "megac.AttentionGrad";
+  int first = grad ? 1 : 0;
+  auto shape = [&](int i) -> const Program::Value * {
+    return i < op.inputs_size() ? valueAt(p, op.inputs(i)) : nullptr;
+  };
+  const Program::Value *q = shape(first), *k = shape(first + 1), *v = shape(first + 2);
+  if (!q || !k || !v) return err("op '" + op.name() + "' (" + op.type() + ") lacks Q, K or V");
+  Shape qs = shapeOf(q->type()), ks = shapeOf(k->type()), vs = shapeOf(v->type()), mask, past, pastV, nonpad;
+  cpu::AttentionInputShapes in;
+  in.q = &qs;
+  in.k = &ks;
+  in.v = &vs;
+  auto optional = [&](int i, Shape &s, const Shape *&slot) {
+    if (const Program::Value *x = shape(i)) {
+      s = shapeOf(x->type());
+      slot = &s;
+    }
+  };
+  if (grad) {
+    optional(4, mask, in.mask);
+    optional(5, nonpad, in.nonpadKvSeqlen);
+  } else {
+    optional(3, mask, in.mask);
+    optional(4, past, in.pastKey);
+    optional(5, pastV, in.pastValue);
+    optional(6, nonpad, in.nonpadKvSeqlen);
+  }
+  auto attrs = fromProto(op.attributes());
+  if (!attrs) return attrs.takeError();
+  auto d = cpu::attentionDims(*attrs, in);
+  if (!d) return err("op '" + op.name() + "' (" + op.type() + "): " + llvm::toString(d.takeError()));
+  double rows = double(d->batch) * double(d->qHeads) * double(d->qSeq) * double(d->totalSeq);
+  double perRow = grad ? 2.0 * (3.0 * double(d->headSize) + 2.0 * double(d->vHeadSize))
+                       : 2.0 * (double(d->headSize) + double(d->vHeadSize));
+  return rows * perRow * (d->causal ? 0.5 : 1.0);
+}
+
+// Bytes an op reads and writes. Gather reads only the rows it gathers.
+static double memoryBytes(const Program &p, const Program::Op &op) {
+  double bytes = 0;
+  for (int i = 0; i < op.inputs_size(); ++i) {
+    const Program::Value *v = valueAt(p, op.inputs(i));
+    if (!v) continue;
+    if (op.type() == "Gather" && i == 0) continue; // counted as the output's bytes below
+    bytes += double(tensorBytes(v->type()));
+  }
+  for (int32_t o : op.outputs())
+    if (const Program::Value *v = valueAt(p, o)) bytes += double(tensorBytes(v->type()));
+  if (op.type() == "Gather" && op.outputs_size() > 0)
+    if (const Program::Value *v = valueAt(p, op.outputs(0))) bytes += double(tensorBytes(v->type()));
+  return bytes;
+}
+
+// A view of a TEMP shares its bytes (MemoryPlan.h): it moves nothing.
+static bool viewSharesBytes(const Program &p, const Program::Op &op) {
+  if (!isViewOp(op.type()) || op.inputs_size() == 0) return false;
+  const Program::Value *in = valueAt(p, op.inputs(0));
+  return in && in->kind() == Program::Value::TEMP;
+}
+
+llvm::Expected<ProgramWork> programWork(const Program &p) {
+  ProgramWork w;
+  for (const Program::Op &op : p.ops()) {
+    for (int32_t id : op.inputs())
+      if (id < -1 || id >= p.values_size()) return err("op '" + op.name() + "' reads value " + llvm::Twine(id) + ", which does not exist");
+    for (int32_t id : op.outputs())
+      if (id < -1 || id >= p.values_size()) return err("op '" + op.name() + "' writes value " + llvm::Twine(id) + ", which does not exist");
+    const std::string &type = op.type();
+    if (type == "MatMul" || type == "Gemm") {
+      // 2*K flops per output element; K is A's last dim (its first with transA).
+      const Program::Value *a = op.inputs_size() > 0 ? valueAt(p, op.inputs(0)) : nullptr;
+      const Program::Value *y = op.outputs_size() > 0 ? valueAt(p, op.outputs(0)) : nullptr;
+      if (!a || !y || a->type().shape_size() == 0) return err("op '" + op.name() + "' (" + type + ") lacks A or Y");
+      int64_t k = a->type().shape(a->type().shape_size() - 1);
+      if (type == "Gemm") {
+        auto attrs = fromProto(op.attributes());
+        if (!attrs) return attrs.takeError();
+        if (attrs->getInt("transA", 0) != 0) k = a->type().shape(0);
+      }
+      w.gemmFlops += 2.0 * double(numel(y->type())) * double(k);
+    } else if (type == "Attention" || type == "megac.AttentionGrad") {
+      auto f = attentionFlops(p, op);
+      if (!f) return f.takeError();
+      w.gemmFlops += *f;
+    } else if (!viewSharesBytes(p, op)) {
+      w.memoryBytes += memoryBytes(p, op);
+    }
+  }
+  return w;
+}
+
+// --- rates ---
+
+llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode) {
+  CostRates r;
+  r.h2dBytesPerS = m.pcieH2dGBps * 1e9;
+  r.d2hBytesPerS = m.pcieD2hGBps * 1e9;
+  r.bothBytesPerS = m.pcieBothGBps * 1e9;
+  r.hbmBytesPerS = m.gpuHbmGBps * 1e9;
+  r.adamwParamsPerS = m.cpuAdamwParamsPerS;
+  if (computeMode == "bf16") r.gemmFlopsPerS = m.gemmBf16Tflops * 1e12;
+  else if (computeMode == "tf32") r.gemmFlopsPerS = m.gemmTf32Tflops * 1e12;
+  else if (computeMode == "fp32" || computeMode.empty()) r.gemmFlopsPerS = m.gemmFp32Tflops * 1e12;
+  else return err("the plan's compute mode '" + computeMode + "' is not one of bf16, tf32, fp32");
+  for (double x : {r.h2dBytesPerS, r.d2hBytesPerS, r.bothBytesPerS, r.hbmBytesPerS, r.adamwParamsPerS, r.gemmFlopsPerS})
+    if (!(x > 0) || !std::isfinite(x)) return err("the machine profile has a rate that is not positive");
+  return r;
+}
+
+// --- the work of each action ---
+
+namespace {
+
+struct Work {
+  int lane = 0;
+  bool transfer = false; // measured in bytes over PCIe, else in seconds
+  double amount = 0;     // bytes or seconds
+};
+
+class ScheduleSim {
+public:
+  ScheduleSim(const Plan &p, const CostRates &r) : p_(p), s_(p.schedule()), r_(r) {}
+  llvm::Expected<StepPrediction> run();
+
+private:
+  llvm::Error check();
+  llvm::Error actionWork(StepPrediction &out);
+  void simulate(StepPrediction &out);
+  void criticalPath(StepPrediction &out);
+  void memory(StepPrediction &out);
+
+  const Plan &p_;
+  const StreamSchedule &s_;
+  CostRates r_;
+  std::vector<Work> work_;
+  std::vector<std::vector<int>> deps_; // per action: the actions whose completion it waits for
+};
+
+} // namespace
+
+llvm::Error ScheduleSim::check() {
+  for (int i = 0; i < s_.actions_size(); ++i) {
+    const StreamAction &a = s_.actions(i);
+    auto bad = [&](const llvm::Twine &what) { return err("schedule action " + llvm::Twine(i) + " " + what); };
+    if (a.unit() < 0 || a.unit() >= p_.units_size()) return bad("refers to unit " + llvm::Twine(a.unit()) + ", which does not exist");
+    if (a.stream() < 0 || a.stream() >= kNumLanes) return bad("has an unknown stream");
+    for (int32_t e : a.waits())
+      if (e < 0 || e >= s_.events_size()) return bad("waits for event " + llvm::Twine(e) + ", which does not exist");
+    for (int32_t e : a.records())
+      if (e < 0 || e >= s_.events_size()) return bad("records event " + llvm::Twine(e) + ", which does not exist");
+  }
+  for (const Unit &u : p_.units()) {
+    if (u.template_id() < 0 || u.template_id() >= p_.templates_size()) return err("unit '" + u.name() + "' has no template");
+    for (int32_t q : u.parameters())
+      if (q < 0 || q >= p_.parameters_size()) return err("unit '" + u.name() + "' refers to a missing parameter");
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
+  // A parameter is updated once, with the last unit that contributes to its
+  // gradient: backward runs in reverse, so the lowest-numbered unit using it.
+  std::vector<int32_t> updatedBy(size_t(p_.parameters_size()), std::numeric_limits<int32_t>::max());
+  for (int u = 0; u < p_.units_size(); ++u)
+    for (int32_t q : p_.units(u).parameters()) updatedBy[size_t(q)] = std::min(updatedBy[size_t(q)], int32_t(u));
+  // Transfers move a unit's slot layout (fp32, each parameter 256-aligned)
+  // as one copy; gradients use the same layout.
+  std::vector<int64_t> unitWeightBytes, unitUpdateParams;
+  for (int u = 0; u < p_.units_size(); ++u) {
+    int64_t updates = 0;
+    for (int32_t q : p_.units(u).parameters())
+      if (updatedBy[size_t(q)] == u) updates += p_.parameters(q).numel();
+    unitWeightBytes.push_back(unitWeightLayout(p_, u).bytes);
+    unitUpdateParams.push_back(updates);
+  }
+  std::map<std::pair<int, bool>, ProgramWork> programs; // (template, backward)
+  for (const StreamAction &a : s_.actions()) {
+    ActionTiming t;
+    Work w;
+    t.lane = w.lane = a.stream();
+    int32_t unit = a.unit();
+    switch (a.kind()) {
+    case StreamAction::PREFETCH:
+    case StreamAction::OFFLOAD:
+      w.transfer = true;
+      t.transferBytes = unitWeightBytes[size_t(unit)];
+      w.amount = double(t.transferBytes);
+      (a.kind() == StreamAction::PREFETCH ? out.h2dBytes : out.d2hBytes) += t.transferBytes;
+      break;
+    case StreamAction::FORWARD:
+    case StreamAction::BACKWARD: {
+      bool backward = a.kind() == StreamAction::BACKWARD;
+      int tid = p_.units(unit).template_id();
+      auto it = programs.find({tid, backward});
+      if (it == programs.end()) {
+        const Template &tpl = p_.templates(tid);
+        auto pw = programWork(backward ? tpl.backward() : tpl.forward());
+        if (!pw) return err("template '" + tpl.name() + "': " + llvm::toString(pw.takeError()));
+        it = programs.emplace(std::make_pair(tid, backward), *pw).first;
+      }
+      t.gemmFlops = it->second.gemmFlops;
+      t.memoryBytes = it->second.memoryBytes;
+      w.amount = t.gemmFlops / r_.gemmFlopsPerS + t.memoryBytes / r_.hbmBytesPerS;
+      break;
+    }
+    case StreamAction::UPDATE:
+      t.parameters = unitUpdateParams[size_t(unit)];
+      w.amount = double(t.parameters) / r_.adamwParamsPerS;
+      break;
+    default: return err("schedule action of unknown kind " + llvm::Twine(int(a.kind())));
+    }
+    t.alone = w.transfer ? w.amount / (w.lane == kLaneD2H ? r_.d2hBytesPerS : r_.h2dBytesPerS) : w.amount;
+    out.actions.push_back(t);
+    work_.push_back(w);
+  }
+  return llvm::Error::success();
+}
+
+// Runs the lanes: each takes its actions in issue order; an action starts
+// when its lane is free, the actions it waits for have ended and the host
+// has issued it. Transfers
+// progress at their lane's rate, or at the shared rate while both PCIe lanes
+// are busy.
+void ScheduleSim::simulate(StepPrediction &out) {
+  const int n = s_.actions_size();
+  // The latest record of each event before each action, in issue order.
+  // A GPU stream cannot wait for CPU work: the host thread blocks until such
+  // an event is recorded before it issues the action, so every later action
+  // is issued after it too (the CPU lane runs in order, so the latest such
+  // CPU action so far is the one that ends last).
+  std::vector<int> lastRecord(size_t(s_.events_size()), -1);
+  deps_.assign(size_t(n), {});
+  std::vector<std::vector<int>> queue(kNumLanes);
+  int hostBlockedUntil = -1;
+  for (int i = 0; i < n; ++i) {
+    for (int32_t e : s_.actions(i).waits()) {
+      int recorder = lastRecord[size_t(e)];
+      if (recorder < 0) continue;
+      deps_[size_t(i)].push_back(recorder);
+      if (work_[size_t(i)].lane != kLaneCPU && work_[size_t(recorder)].lane == kLaneCPU)
+        hostBlockedUntil = std::max(hostBlockedUntil, recorder);
+    }
+    if (hostBlockedUntil >= 0) deps_[size_t(i)].push_back(hostBlockedUntil);
+    for (int32_t e : s_.actions(i).records()) lastRecord[size_t(e)] = i;
+    queue[size_t(work_[size_t(i)].lane)].push_back(i);
+  }
+
+  std::vector<bool> done(size_t(n), false);
+  std::vector<size_t> next(kNumLanes, 0);
+  std::vector<int> running(kNumLanes, -1);
+  std::vector<double> remaining(size_t(n), 0);
+  double now = 0;
+  const double h2dShare = r_.bothBytesPerS * r_.h2dBytesPerS / (r_.h2dBytesPerS + r_.d2hBytesPerS);
+  const double d2hShare = r_.bothBytesPerS * r_.d2hBytesPerS / (r_.h2dBytesPerS + r_.d2hBytesPerS);
+  for (;;) {
+    // Start what can start now (repeat: zero-length actions end at once).
+    bool started = true;
+    while (started) {
+      started = false;
+      for (int lane = 0; lane < kNumLanes; ++lane) {
+        if (running[size_t(lane)] >= 0 || next[size_t(lane)] == queue[size_t(lane)].size()) continue;
+        int a = queue[size_t(lane)][next[size_t(lane)]];
+        bool ready = std::all_of(deps_[size_t(a)].begin(), deps_[size_t(a)].end(), [&](int d) { return bool(done[size_t(d)]); });
+        if (!ready) continue;
+        ++next[size_t(lane)];
+        out.actions[size_t(a)].start = now;
+        remaining[size_t(a)] = work_[size_t(a)].amount;
+        if (remaining[size_t(a)] <= 0) {
+          out.actions[size_t(a)].end = now;
+          done[size_t(a)] = true;
+        } else {
+          running[size_t(lane)] = a;
+        }
+        started = true;
+      }
+    }
+    // The rate of each running action, then the time to the first end.
+    double rate[kNumLanes] = {};
+    bool bothPcie = running[kLaneH2D] >= 0 && running[kLaneD2H] >= 0 && work_[size_t(running[kLaneH2D])].transfer &&
+                    work_[size_t(running[kLaneD2H])].transfer;
+    double dt = std::numeric_limits<double>::infinity();
+    for (int lane = 0; lane < kNumLanes; ++lane) {
+      int a = running[size_t(lane)];
+      if (a < 0) continue;
+      const Work &w = work_[size_t(a)];
+      if (!w.transfer) rate[lane] = 1;
+      else if (lane == kLaneD2H) rate[lane] = bothPcie ? std::min(r_.d2hBytesPerS, d2hShare) : r_.d2hBytesPerS;
+      else rate[lane] = bothPcie ? std::min(r_.h2dBytesPerS, h2dShare) : r_.h2dBytesPerS;
+      dt = std::min(dt, remaining[size_t(a)] / rate[lane]);
+    }
+    if (!std::isfinite(dt)) break; // nothing runs: every action has ended
+    now += dt;
+    for (int lane = 0; lane < kNumLanes; ++lane) {
+      int a = running[size_t(lane)];
+      if (a < 0) continue;
+      double left = remaining[size_t(a)] / rate[lane] - dt;
+      if (left <= 1e-12 * std::max(1.0, now)) {
+        out.actions[size_t(a)].end = now;
+        done[size_t(a)] = true;
+        running[size_t(lane)] = -1;
+      } else {
+        remaining[size_t(a)] = left * rate[lane];
+      }
+    }
+  }
+  for (const ActionTiming &t : out.actions) {
+    out.stepSeconds = std::max(out.stepSeconds, t.end);
+    out.laneBusy[t.lane] += t.end - t.start;
+  }
+}
+
+// Walks back from the last action to end, each time to whichever of its lane
+// predecessor and the actions it waited for ended last (what held its start).
+void ScheduleSim::criticalPath(StepPrediction &out) {
+  const int n = int(out.actions.size());
+  if (n == 0) return;
+  std::vector<int> lanePrev(size_t(n), -1);
+  int lastOnLane[kNumLanes] = {-1, -1, -1, -1};
+  for (int i = 0; i < n; ++i) {
+    lanePrev[size_t(i)] = lastOnLane[out.actions[size_t(i)].lane];
+    lastOnLane[out.actions[size_t(i)].lane] = i;
+  }
+  int a = 0;
+  for (int i = 1; i < n; ++i)
+    if (out.actions[size_t(i)].end > out.actions[size_t(a)].end) a = i;
+  while (a >= 0) {
+    const ActionTiming &t = out.actions[size_t(a)];
+    out.criticalPath[t.lane] += t.end - t.start;
+    int held = -1;
+    double heldEnd = -1;
+    std::vector<int> preds = deps_[size_t(a)];
+    if (lanePrev[size_t(a)] >= 0) preds.push_back(lanePrev[size_t(a)]);
+    for (int d : preds)
+      if (out.actions[size_t(d)].end > heldEnd) {
+        heldEnd = out.actions[size_t(d)].end;
+        held = d;
+      }
+    a = heldEnd > 0 ? held : -1; // a start at time 0 waited for nothing
+  }
+  out.bottleneck = kLaneCompute;
+  for (int lane = 0; lane < kNumLanes; ++lane)
+    if (out.criticalPath[lane] > out.criticalPath[out.bottleneck]) out.bottleneck = lane;
+}
+
+// Device memory over time: a region is live from the start of its first
+// action to the end of its last; regions sharing bytes count once.
+void ScheduleSim::memory(StepPrediction &out) {
+  const int n = int(out.actions.size());
+  struct Live {
+    double from, to;
+    int64_t begin, end;
+  };
+  std::vector<Live> regions;
+  for (const DeviceRegion &r : s_.regions()) {
+    double from = r.first_action() >= 0 && r.first_action() < n ? out.actions[size_t(r.first_action())].start : 0;
+    double to = r.last_action() >= 0 && r.last_action() < n ? out.actions[size_t(r.last_action())].end : out.stepSeconds;
+    if (r.first_action() < 0 && r.last_action() < 0) to = out.stepSeconds;
+    regions.push_back({from, std::max(from, to), r.offset(), r.offset() + r.bytes()});
+  }
+  std::vector<double> times{0, out.stepSeconds};
+  for (const ActionTiming &t : out.actions) {
+    times.push_back(t.start);
+    times.push_back(t.end);
+  }
+  std::sort(times.begin(), times.end());
+  times.erase(std::unique(times.begin(), times.end()), times.end());
+  for (double time : times) {
+    // Live over [from, to); a region whose lifetime is a single instant (a
+    // zero-length action) counts at that instant.
+    std::vector<std::pair<int64_t, int64_t>> ranges;
+    for (const Live &l : regions)
+      if ((l.from <= time && time < l.to) || (l.from == l.to && l.from == time)) ranges.push_back({l.begin, l.end});
+    std::sort(ranges.begin(), ranges.end());
+    int64_t bytes = 0, covered = std::numeric_limits<int64_t>::min();
+    for (auto [b, e] : ranges) {
+      b = std::max(b, covered);
+      if (e > b) {
+        bytes += e - b;
+        covered = e;
+      }
+    }
+    if (!out.memory.empty() && out.memory.back().bytes == bytes) continue;
+    out.memory.push_back({time, bytes});
+    out.peakMemoryBytes = std::max(out.peakMemoryBytes, bytes);
+  }
+  if (out.memory.empty() || out.memory.back().time < out.stepSeconds) out.memory.push_back({out.stepSeconds, 0});
+}
+
+llvm::Expected<StepPrediction> ScheduleSim::run() {
+  if (auto e = check()) return std::move(e);
+  StepPrediction out;
+  out.rates = r_;
+  if (auto e = actionWork(out)) return std::move(e);
+  simulate(out);
+  criticalPath(out);
+  memory(out);
+  int64_t params = p_.total_parameters();
+  if (params <= 0)
+    for (const Parameter &q : p_.parameters()) params += q.numel();
+  out.modelFlops = 6.0 * double(params) * double(p_.batch()) * double(p_.seq());
+  out.tflops = out.stepSeconds > 0 ? out.modelFlops / out.stepSeconds / 1e12 : 0;
+  return out;
+}
+
+llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m) {
+  if (!p.has_schedule()) return err("the plan has no streaming schedule (compiled for the CPU only)");
+  auto rates = costRates(m, p.compute());
+  if (!rates) return rates.takeError();
+  return ScheduleSim(p, *rates).run();
+}
+
+} // namespace megac::plan

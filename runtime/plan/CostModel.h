@@ -1,0 +1,86 @@
+#pragma once
+// The cost model: predicts how long one step of a plan's streaming schedule
+// takes on a machine described by a profile (runtime/plan/MachineProfile.h).
+//
+// Each action gets a duration from the work it does and the profile's rates:
+//   PREFETCH  the unit's fp32 weights in their slot layout / PCIe H2D (H2D
+//             and D2H running at the same time share pcie_both_gbps, in
+//             proportion to their own rates);
+//   OFFLOAD   the unit's fp32 gradients, same layout / PCIe D2H (shared likewise);
+//   UPDATE    the parameters it updates (a tied one with its lowest-numbered
+//             unit, the last to add to its gradient) / CPU AdamW parameters/s;
+//   FORWARD,  GEMM flops / the GEMM rate of the plan's compute mode, plus the
+//   BACKWARD  bytes the other ops read and write / HBM bandwidth.
+// Then a discrete-event simulation runs the action list over four lanes (H2D,
+// compute, D2H, CPU), each in issue order, every action starting once its lane
+// is free and the latest record (at issue time) of each event it waits for
+// has completed. A GPU action that waits for an event recorded by a CPU
+// action blocks the host thread, which issues nothing after it until then.
+// Kernel launch overheads and PCIe latency are not modelled. Predictions
+// only: unvalidated until measured on the GPU.
+#include "runtime/plan/MachineProfile.h"
+#include "runtime/plan/PlanIO.h"
+
+#include <string>
+#include <vector>
+
+namespace megac::plan {
+
+// The work of one program.
+struct ProgramWork {
+  double gemmFlops = 0;   // MatMul, Gemm, Attention and megac.AttentionGrad
+  double memoryBytes = 0; // bytes read + written by every other op (view ops: none)
+};
+llvm::Expected<ProgramWork> programWork(const Program &p);
+
+enum Lane : int { kLaneH2D = 0, kLaneCompute = 1, kLaneD2H = 2, kLaneCPU = 3 };
+constexpr int kNumLanes = 4;
+// Lanes are numbered like StreamAction::Stream.
+const char *laneName(int lane); // "H2D", "compute", "D2H", "CPU"
+
+// The rates the model uses, in bytes/s, flop/s and parameters/s.
+struct CostRates {
+  double h2dBytesPerS = 0, d2hBytesPerS = 0, bothBytesPerS = 0;
+  double gemmFlopsPerS = 0; // of the plan's compute mode
+  double hbmBytesPerS = 0;
+  double adamwParamsPerS = 0;
+};
+// Fails on an unknown compute mode or a non-positive rate.
+llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode);
+
+struct ActionTiming {
+  int lane = 0;
+  double start = 0, end = 0; // seconds from the start of the step
+  // What the action does: PREFETCH/OFFLOAD bytes; FORWARD/BACKWARD flops and
+  // memory-bound bytes; UPDATE parameters.
+  int64_t transferBytes = 0;
+  double gemmFlops = 0, memoryBytes = 0;
+  int64_t parameters = 0;
+  double alone = 0; // its duration on an otherwise idle machine
+};
+
+// Device memory in use from `time` until the next point's time (the union of
+// the byte ranges of the regions live then).
+struct MemoryPoint {
+  double time = 0;
+  int64_t bytes = 0;
+};
+
+struct StepPrediction {
+  CostRates rates;
+  double stepSeconds = 0;
+  double laneBusy[kNumLanes] = {};     // seconds each lane works
+  double criticalPath[kNumLanes] = {}; // seconds of the critical path spent on each lane
+  int bottleneck = kLaneCompute;       // the lane with the most critical-path time
+  std::vector<ActionTiming> actions;   // one per schedule action, same order
+  std::vector<MemoryPoint> memory;     // from time 0; the last point is at stepSeconds
+  int64_t peakMemoryBytes = 0;         // the largest point of `memory`
+  int64_t h2dBytes = 0, d2hBytes = 0;  // moved over the step's action list
+  double modelFlops = 0;               // 6 * total_parameters * batch * seq
+  double tflops = 0;                   // modelFlops / stepSeconds / 1e12
+};
+
+// Needs p.has_schedule(). Fails on dangling ids (units, events, actions).
+llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m);
+
+} // namespace megac::plan

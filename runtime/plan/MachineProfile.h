@@ -1,0 +1,42 @@
+#pragma once
+// A machine profile: what the cost model and the planner know of the machine
+// a plan is made for. The file format (bench/h200.profile, written by
+// megac_profile) is one `key = value` per line; `#` starts a comment. The
+// built-in default is the lent H200's profile, measured 2026-12-02.
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace megac::plan {
+
+struct MachineProfile {
+  std::string description = "NVIDIA H200, 16 CPU threads (built in: bench/h200.profile)";
+  double pcieH2dGBps = 55.41;         // pcie_h2d_gbps: pinned host -> device
+  double pcieD2hGBps = 55.28;         // pcie_d2h_gbps: device -> pinned host
+  double pcieBothGBps = 99.66;        // pcie_both_gbps: both directions at once, summed
+  double pciePageableH2dGBps = 7.017; // pcie_pageable_h2d_gbps
+  double gemmBf16Tflops = 891.7;      // gemm_bf16_tflops: cuBLASLt, fp32 accumulation
+  double gemmTf32Tflops = 450.3;      // gemm_tf32_tflops
+  double gemmFp32Tflops = 51.08;      // gemm_fp32_tflops
+  double hostMemGBps = 72.69;         // host_mem_gbps: host memcpy
+  double cpuAdamwParamsPerS = 4.127e9; // cpu_adamw_params_per_s
+  double gpuMemGiB = 139.8;           // gpu_mem_gib: the device's total memory
+  double gpuMemFreeGiB = 139.3;       // gpu_mem_free_gib: free when measured: what a plan may use
+  // gpu_hbm_gbps (optional; not measured yet): device memory bandwidth the
+  // cost model gives memory-bound ops; the default is the H200's ~4.8 TB/s
+  // peak derated to what streaming kernels reach.
+  double gpuHbmGBps = 4000;
+
+  // The GPU memory a plan may use by default (--gpu-mem): the free memory.
+  int64_t usableGpuBytes() const { return gibToBytes(gpuMemFreeGiB); }
+  static int64_t gibToBytes(double gib) { return int64_t(gib * double(int64_t(1) << 30)); }
+};
+
+// Parses the text of a profile. Every key above must be present exactly
+// once (gpu_hbm_gbps may be left out); an unknown key, a value that is not a positive number or a line
+// without `=` is an error naming `source` and the line.
+llvm::Expected<MachineProfile> parseMachineProfile(llvm::StringRef text, llvm::StringRef source);
+llvm::Expected<MachineProfile> readMachineProfile(const std::string &path);
+
+} // namespace megac::plan

@@ -1,0 +1,372 @@
+#include "runtime/plan/PlanChecker.h"
+
+#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/StreamLayout.h"
+
+#include <algorithm>
+#include <map>
+#include <numeric>
+
+namespace megac::plan {
+
+static llvm::Error violation(llvm::StringRef kind, const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), "plan check: " + kind.str() + ": " + m.str());
+}
+
+static std::string range(int64_t off, int64_t bytes) {
+  return "bytes [" + std::to_string(off) + ", " + std::to_string(off + bytes) + ")";
+}
+
+llvm::Error checkArena(const Program &prog, const std::string &what) {
+  auto life = computeLifetimes(prog);
+  if (!life) return violation("malformed plan", what + ": " + llvm::toString(life.takeError()));
+  if (prog.arena_offsets_size() != prog.values_size())
+    return violation("malformed plan", what + ": " + llvm::Twine(prog.arena_offsets_size()) + " arena offsets for " +
+                                           llvm::Twine(prog.values_size()) + " values");
+  std::vector<int32_t> inArena;
+  for (int32_t v = 0; v < prog.values_size(); ++v) {
+    const ValueLife &l = (*life)[size_t(v)];
+    int64_t off = prog.arena_offsets(v);
+    const std::string name = "'" + prog.values(v).name() + "'";
+    if (!l.inArena) {
+      if (off != -1)
+        return violation("malformed plan", what + ": value " + name + " is an argument, a constant or unused, but has arena offset " + llvm::Twine(off));
+      continue;
+    }
+    if (off < 0 || off % kAlignment != 0 || off + l.bytes > prog.arena_bytes())
+      return violation("arena overlap", what + ": value " + name + " at " + range(off, l.bytes) + " is not a 256-aligned block inside the arena of " +
+                                            llvm::Twine(prog.arena_bytes()) + " bytes");
+    inArena.push_back(v);
+  }
+  // Sweep by offset: only blocks that start inside another can overlap it.
+  std::sort(inArena.begin(), inArena.end(),
+            [&](int32_t a, int32_t b) { return prog.arena_offsets(a) < prog.arena_offsets(b); });
+  for (size_t i = 0; i < inArena.size(); ++i) {
+    int32_t a = inArena[i];
+    const ValueLife &la = (*life)[size_t(a)];
+    int64_t oa = prog.arena_offsets(a);
+    for (size_t j = i + 1; j < inArena.size() && prog.arena_offsets(inArena[j]) < oa + la.bytes; ++j) {
+      int32_t b = inArena[j];
+      const ValueLife &lb = (*life)[size_t(b)];
+      int64_t ob = prog.arena_offsets(b);
+      if (!bytesOverlap(oa, la.bytes, ob, lb.bytes) || !lifetimesOverlap(la.def, la.last, lb.def, lb.last)) continue;
+      if (la.root == lb.root && oa == ob) continue; // a view sharing its input's bytes
+      return violation("arena overlap", what + ": values '" + prog.values(a).name() + "' (ops " + llvm::Twine(la.def) + ".." +
+                                            llvm::Twine(la.last) + ", " + range(oa, la.bytes) + ") and '" + prog.values(b).name() +
+                                            "' (ops " + llvm::Twine(lb.def) + ".." + llvm::Twine(lb.last) + ", " + range(ob, lb.bytes) +
+                                            ") are live at once and share bytes");
+    }
+  }
+  return llvm::Error::success();
+}
+
+namespace {
+
+// Walks a plan's schedule; each check returns the first violation.
+class ScheduleChecker {
+public:
+  explicit ScheduleChecker(const Plan &p) : p_(p), s_(p.schedule()) {}
+
+  llvm::Error run() {
+    if (auto e = structure()) return e;
+    if (auto e = simulate()) return e;
+    if (auto e = regionsCover()) return e;
+    if (auto e = regionsDisjoint()) return e;
+    if (s_.device_bytes() > s_.gpu_budget_bytes())
+      return violation("over budget", "the plan needs " + llvm::Twine(s_.device_bytes()) + " bytes of GPU memory; the budget is " +
+                                          llvm::Twine(s_.gpu_budget_bytes()) + " bytes");
+    return llvm::Error::success();
+  }
+
+private:
+  const Plan &p_;
+  const StreamSchedule &s_;
+  int K_ = 0, G_ = 0, N_ = 0;
+  std::map<std::string, int> eventId_;
+  std::vector<int> producer_;                          // activation -> unit, -1 for data
+  std::vector<std::vector<std::pair<int, int>>> users_; // activation -> (unit, input position)
+  std::vector<int> fwdAt_, bwdAt_, offAt_, updAt_;     // unit -> action index
+
+  std::string unitName(int u) const { return "'" + p_.units(u).name() + "'"; }
+  std::string actionText(int i) const {
+    const StreamAction &a = s_.actions(i);
+    std::string t = "action " + std::to_string(i) + " (" + actionKindName(a.kind()) + " of " + unitName(a.unit());
+    if (a.weight_slot() >= 0) t += ", weight slot " + std::to_string(a.weight_slot());
+    if (a.grad_slot() >= 0) t += ", grad slot " + std::to_string(a.grad_slot());
+    return t + ")";
+  }
+  std::string actionRef(int i) const { return i < 0 ? std::string("no action") : actionText(i); }
+  std::string activationName(int a) const { return "'" + p_.activations(a).name() + "'"; }
+  bool gradFlows(int unit, int inputPos) const {
+    const Template &t = p_.templates(p_.units(unit).template_id());
+    return inputPos < t.input_has_gradient_size() && t.input_has_gradient(inputPos);
+  }
+
+  llvm::Error structure() {
+    K_ = s_.weight_slots();
+    G_ = s_.grad_slots();
+    N_ = p_.units_size();
+    if (K_ < 1 || G_ < 1) return violation("malformed plan", "the schedule has " + llvm::Twine(K_) + " weight slots and " + llvm::Twine(G_) + " grad slots");
+    for (int i = 0; i < s_.events_size(); ++i) eventId_[s_.events(i)] = i;
+    for (char kind : {'w', 'g', 's'})
+      for (int k = 0; k < (kind == 'w' ? K_ : G_); ++k)
+        for (bool ready : {true, false})
+          if (!eventId_.count(slotEventName(kind, k, ready)))
+            return violation("malformed plan", "the schedule has no event " + slotEventName(kind, k, ready));
+    const int A = p_.activations_size();
+    producer_.assign(size_t(A), -1);
+    users_.assign(size_t(A), {});
+    for (int u = 0; u < N_; ++u) {
+      const Unit &unit = p_.units(u);
+      if (unit.template_id() < 0 || unit.template_id() >= p_.templates_size())
+        return violation("malformed plan", "unit " + unitName(u) + " has no template " + llvm::Twine(unit.template_id()));
+      for (int32_t id : unit.parameters())
+        if (id < 0 || id >= p_.parameters_size()) return violation("malformed plan", "unit " + unitName(u) + " binds parameter " + llvm::Twine(id) + ", which does not exist");
+      for (int32_t a : unit.activation_outputs()) {
+        if (a < 0 || a >= A) return violation("malformed plan", "unit " + unitName(u) + " writes activation " + llvm::Twine(a) + ", which does not exist");
+        if (producer_[size_t(a)] >= 0) return violation("malformed plan", "activation " + activationName(a) + " is written by two units");
+        producer_[size_t(a)] = u;
+      }
+      for (int k = 0; k < unit.activation_inputs_size(); ++k) {
+        int32_t a = unit.activation_inputs(k);
+        if (a < 0 || a >= A) return violation("malformed plan", "unit " + unitName(u) + " reads activation " + llvm::Twine(a) + ", which does not exist");
+        users_[size_t(a)].push_back({u, k});
+      }
+    }
+    for (int i = 0; i < s_.actions_size(); ++i) {
+      const StreamAction &a = s_.actions(i);
+      if (a.unit() < 0 || a.unit() >= N_) return violation("malformed plan", "action " + llvm::Twine(i) + " names unit " + llvm::Twine(a.unit()) + ", which does not exist");
+      StreamAction::Stream want = a.kind() == StreamAction::PREFETCH ? StreamAction::H2D
+                                  : a.kind() == StreamAction::OFFLOAD ? StreamAction::D2H
+                                  : a.kind() == StreamAction::UPDATE  ? StreamAction::CPU
+                                                                      : StreamAction::COMPUTE;
+      if (a.stream() != want)
+        return violation("malformed plan", actionText(i) + " is on stream " + streamName(a.stream()) + ", not " + streamName(want));
+      bool usesWeights = a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD;
+      bool usesGrads = a.kind() == StreamAction::BACKWARD || a.kind() == StreamAction::OFFLOAD || a.kind() == StreamAction::UPDATE;
+      if (usesWeights != (a.weight_slot() >= 0) || a.weight_slot() >= K_)
+        return violation("malformed plan", actionText(i) + " has weight slot " + llvm::Twine(a.weight_slot()) + " (of " + llvm::Twine(K_) + ")");
+      if (usesGrads != (a.grad_slot() >= 0) || a.grad_slot() >= G_)
+        return violation("malformed plan", actionText(i) + " has grad slot " + llvm::Twine(a.grad_slot()) + " (of " + llvm::Twine(G_) + ")");
+      for (int32_t e : a.waits())
+        if (e < 0 || e >= s_.events_size()) return violation("malformed plan", actionText(i) + " waits event " + llvm::Twine(e) + ", which does not exist");
+      for (int32_t e : a.records())
+        if (e < 0 || e >= s_.events_size()) return violation("malformed plan", actionText(i) + " records event " + llvm::Twine(e) + ", which does not exist");
+    }
+    return llvm::Error::success();
+  }
+
+  // --- the simulation of the actions in issue order ---
+  std::vector<int> latest_; // event -> the action that recorded it last, -1 if none yet
+
+  int ev(char kind, int slot, bool ready) const { return eventId_.at(slotEventName(kind, slot, ready)); }
+  static bool waits(const StreamAction &a, int e) {
+    return std::find(a.waits().begin(), a.waits().end(), e) != a.waits().end();
+  }
+
+  // Action i must wait event e, and e's latest record must be `expected`.
+  llvm::Error requireWait(int i, char kind, int slot, bool ready, int expected, llvm::StringRef violationKind,
+                          llvm::StringRef why) {
+    int e = ev(kind, slot, ready);
+    if (!waits(s_.actions(i), e))
+      return violation(violationKind, actionText(i) + " does not wait " + s_.events(e) + " (" + why + ": " + actionRef(expected) + ")");
+    if (latest_[size_t(e)] != expected)
+      return violation(violationKind, actionText(i) + " waits " + s_.events(e) + ", last recorded by " + actionRef(latest_[size_t(e)]) +
+                                          ", but " + why + " is " + actionRef(expected));
+    return llvm::Error::success();
+  }
+
+  llvm::Error firstTime(std::vector<int> &at, int i, const char *what) {
+    int u = s_.actions(i).unit();
+    if (at[size_t(u)] >= 0) return violation("malformed plan", actionText(i) + ": unit " + unitName(u) + " already has a " + what + " (" + actionText(at[size_t(u)]) + ")");
+    at[size_t(u)] = i;
+    return llvm::Error::success();
+  }
+
+  llvm::Error simulate() {
+    latest_.assign(size_t(s_.events_size()), -1);
+    fwdAt_.assign(size_t(N_), -1);
+    bwdAt_ = offAt_ = updAt_ = fwdAt_;
+    std::vector<int> lastPrefetch(size_t(K_), -1), lastCompute(size_t(K_), -1);
+    std::vector<int> lastBackwardInto(size_t(G_), -1), lastOffload(size_t(G_), -1), lastUpdate(size_t(G_), -1);
+    for (int i = 0; i < s_.actions_size(); ++i) {
+      const StreamAction &a = s_.actions(i);
+      const int u = a.unit(), k = a.weight_slot(), g = a.grad_slot();
+      switch (a.kind()) {
+      case StreamAction::PREFETCH:
+        if (lastCompute[size_t(k)] >= 0)
+          if (auto e = requireWait(i, 'w', k, false, lastCompute[size_t(k)], "slot reused early", "the slot's last reader"))
+            return e;
+        lastPrefetch[size_t(k)] = i;
+        break;
+      case StreamAction::FORWARD:
+      case StreamAction::BACKWARD: {
+        int pf = lastPrefetch[size_t(k)];
+        if (pf < 0 || s_.actions(pf).unit() != u)
+          return violation("read before prefetch", actionText(i) + " reads weight slot " + llvm::Twine(k) + ", whose last PREFETCH is " + actionRef(pf) +
+                                                       ", not one of unit " + unitName(u));
+        if (auto e = requireWait(i, 'w', k, true, pf, waits(a, ev('w', k, true)) ? "read before prefetch" : "missing wait", "the PREFETCH of its weights"))
+          return e;
+        lastCompute[size_t(k)] = i;
+        if (a.kind() == StreamAction::FORWARD) {
+          if (auto e = firstTime(fwdAt_, i, "FORWARD")) return e;
+          for (int32_t in : p_.units(u).activation_inputs()) {
+            int pu = producer_[size_t(in)];
+            if (pu >= 0 && fwdAt_[size_t(pu)] < 0)
+              return violation("read before write", actionText(i) + " reads activation " + activationName(in) + " before the FORWARD of " + unitName(pu) + " writes it");
+          }
+          break;
+        }
+        if (auto e = firstTime(bwdAt_, i, "BACKWARD")) return e;
+        if (fwdAt_[size_t(u)] < 0) return violation("read before write", actionText(i) + " comes before the unit's FORWARD");
+        for (int32_t out : p_.units(u).activation_outputs())
+          for (auto [c, pos] : users_[size_t(out)])
+            if (gradFlows(c, pos) && bwdAt_[size_t(c)] < 0)
+              return violation("read before write", actionText(i) + " reads the gradient of " + activationName(out) + " before the BACKWARD of " + unitName(c) + " adds to it");
+        if (int prev = lastBackwardInto[size_t(g)]; prev >= 0 && offAt_[size_t(s_.actions(prev).unit())] < 0)
+          return violation("slot reused early", actionText(i) + " overwrites grad slot " + llvm::Twine(g) + " before it is offloaded (" + actionText(prev) + " wrote it)");
+        if (lastOffload[size_t(g)] >= 0)
+          if (auto e = requireWait(i, 'g', g, false, lastOffload[size_t(g)], "slot reused early", "the grad slot's last OFFLOAD"))
+            return e;
+        lastBackwardInto[size_t(g)] = i;
+        break;
+      }
+      case StreamAction::OFFLOAD: {
+        int b = bwdAt_[size_t(u)];
+        if (b < 0 || s_.actions(b).grad_slot() != g)
+          return violation("read before write", actionText(i) + " reads grad slot " + llvm::Twine(g) + ", but the unit's BACKWARD (" + actionRef(b) + ") did not write it");
+        if (auto e = requireWait(i, 'g', g, true, b, waits(a, ev('g', g, true)) ? "read before write" : "missing wait", "the BACKWARD that wrote it"))
+          return e;
+        if (int prev = lastOffload[size_t(g)]; prev >= 0 && updAt_[size_t(s_.actions(prev).unit())] < 0)
+          return violation("slot reused early", actionText(i) + " overwrites staging slot " + llvm::Twine(g) + " before the UPDATE of " +
+                                                    unitName(s_.actions(prev).unit()) + " read it");
+        if (lastUpdate[size_t(g)] >= 0)
+          if (auto e = requireWait(i, 's', g, false, lastUpdate[size_t(g)], "slot reused early", "the staging slot's last UPDATE"))
+            return e;
+        if (auto e = firstTime(offAt_, i, "OFFLOAD")) return e;
+        lastOffload[size_t(g)] = i;
+        break;
+      }
+      case StreamAction::UPDATE: {
+        int o = offAt_[size_t(u)];
+        if (o < 0 || s_.actions(o).grad_slot() != g)
+          return violation("read before write", actionText(i) + " reads staging slot " + llvm::Twine(g) + ", but the unit's OFFLOAD (" + actionRef(o) + ") did not fill it");
+        if (auto e = requireWait(i, 's', g, true, o, waits(a, ev('s', g, true)) ? "read before write" : "missing wait", "the OFFLOAD that filled it"))
+          return e;
+        if (auto e = firstTime(updAt_, i, "UPDATE")) return e;
+        lastUpdate[size_t(g)] = i;
+        break;
+      }
+      default: return violation("malformed plan", "action " + llvm::Twine(i) + " has an unknown kind");
+      }
+      for (int32_t e : a.records()) latest_[size_t(e)] = i;
+    }
+    const std::pair<const std::vector<int> *, const char *> every[] = {
+        {&fwdAt_, "FORWARD"}, {&bwdAt_, "BACKWARD"}, {&offAt_, "OFFLOAD"}, {&updAt_, "UPDATE"}};
+    for (int u = 0; u < N_; ++u)
+      for (auto [at, what] : every)
+        if ((*at)[size_t(u)] < 0) return violation("malformed plan", "unit " + unitName(u) + " has no " + what);
+    return llvm::Error::success();
+  }
+
+  // --- regions ---
+  std::string regionText(const DeviceRegion &r) const {
+    std::string t = std::string(regionKindName(r.kind())) + " " + std::to_string(r.index());
+    if ((r.kind() == DeviceRegion::CHECKPOINT || r.kind() == DeviceRegion::ACTIVATION_GRAD || r.kind() == DeviceRegion::DATA) &&
+        r.index() >= 0 && r.index() < p_.activations_size())
+      t += " (" + activationName(r.index()) + ")";
+    return t + " (actions " + std::to_string(r.first_action()) + ".." + std::to_string(r.last_action()) + ", " + range(r.offset(), r.bytes()) + ")";
+  }
+
+  const DeviceRegion *find(DeviceRegion::Kind kind, int index) const {
+    for (const DeviceRegion &r : s_.regions())
+      if (r.kind() == kind && r.index() == index) return &r;
+    return nullptr;
+  }
+
+  // The region (kind, index) exists, holds `bytes` and lives over [first, last].
+  llvm::Error require(DeviceRegion::Kind kind, int index, int64_t bytes, int first, int last, const std::string &what) {
+    const DeviceRegion *r = find(kind, index);
+    if (!r) return violation("malformed plan", "no " + std::string(regionKindName(kind)) + " region " + std::to_string(index) + " (" + what + ")");
+    if (r->bytes() < bytes)
+      return violation("region size", regionText(*r) + " holds fewer than the " + llvm::Twine(bytes) + " bytes of " + what);
+    if (r->first_action() > first || r->last_action() < last)
+      return violation("region lifetime", regionText(*r) + " does not cover actions " + llvm::Twine(first) + ".." + llvm::Twine(last) + " (" + what + ")");
+    return llvm::Error::success();
+  }
+
+  llvm::Error regionsCover() {
+    const int last = s_.actions_size() - 1;
+    int64_t slotBytes = 0;
+    for (int u = 0; u < N_; ++u) slotBytes = std::max(slotBytes, unitWeightLayout(p_, u).bytes);
+    for (int k = 0; k < K_; ++k)
+      if (auto e = require(DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last, "the largest unit's weights")) return e;
+    for (int g = 0; g < G_; ++g)
+      if (auto e = require(DeviceRegion::GRAD_SLOT, g, slotBytes, 0, last, "the largest unit's gradients")) return e;
+    if (s_.pinned_staging_bytes() < int64_t(G_) * slotBytes)
+      return violation("region size", "pinned staging of " + llvm::Twine(s_.pinned_staging_bytes()) + " bytes cannot hold " + llvm::Twine(G_) + " slots of " + llvm::Twine(slotBytes));
+    for (int a = 0; a < p_.activations_size(); ++a) {
+      const Activation &act = p_.activations(a);
+      const int64_t bytes = typeBytes(act.type());
+      const int pu = producer_[size_t(a)];
+      if (pu < 0) {
+        if (!users_[size_t(a)].empty())
+          if (auto e = require(DeviceRegion::DATA, a, bytes, 0, last, "data " + activationName(a))) return e;
+        continue;
+      }
+      int readEnd = fwdAt_[size_t(pu)];
+      for (auto [c, pos] : users_[size_t(a)]) readEnd = std::max(readEnd, bwdAt_[size_t(c)]);
+      if (act.kind() == Activation::LOSS) readEnd = last;
+      if (auto e = require(DeviceRegion::CHECKPOINT, a, bytes, fwdAt_[size_t(pu)], readEnd, "activation " + activationName(a))) return e;
+      int gradFirst = bwdAt_[size_t(pu)];
+      for (auto [c, pos] : users_[size_t(a)])
+        if (gradFlows(c, pos)) gradFirst = std::min(gradFirst, bwdAt_[size_t(c)]);
+      if (auto e = require(DeviceRegion::ACTIVATION_GRAD, a, bytes, gradFirst, bwdAt_[size_t(pu)], "the gradient of " + activationName(a))) return e;
+    }
+    int64_t arena = 0;
+    for (const Template &t : p_.templates()) arena = std::max({arena, t.forward().arena_bytes(), t.backward().arena_bytes()});
+    if (auto e = require(DeviceRegion::ARENA, 0, arena, 0, last, "the largest program arena")) return e;
+    if (auto e = require(DeviceRegion::WORKSPACE, 0, workspaceBudgetBytes(p_), 0, last, "the kernels' workspace")) return e;
+    if (auto e = require(DeviceRegion::CONSTANTS, 0, constantsLayout(p_).bytes, 0, last, "the templates' constants")) return e;
+    return llvm::Error::success();
+  }
+
+  llvm::Error regionsDisjoint() {
+    const int n = s_.regions_size();
+    for (int i = 0; i < n; ++i) {
+      const DeviceRegion &r = s_.regions(i);
+      if (r.offset() < 0 || r.offset() % kAlignment != 0 || r.bytes() < 0 || r.offset() + r.bytes() > s_.device_bytes())
+        return violation("region overlap", regionText(r) + " is not a 256-aligned block inside the device allocation of " + llvm::Twine(s_.device_bytes()) + " bytes");
+      if (r.first_action() < 0 || r.first_action() > r.last_action() || r.last_action() >= s_.actions_size())
+        return violation("region lifetime", regionText(r) + " has no valid lifetime among " + llvm::Twine(s_.actions_size()) + " actions");
+    }
+    std::vector<int> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return s_.regions(a).offset() < s_.regions(b).offset(); });
+    for (int i = 0; i < n; ++i) {
+      const DeviceRegion &a = s_.regions(order[size_t(i)]);
+      for (int j = i + 1; j < n && s_.regions(order[size_t(j)]).offset() < a.offset() + a.bytes(); ++j) {
+        const DeviceRegion &b = s_.regions(order[size_t(j)]);
+        if (bytesOverlap(a.offset(), a.bytes(), b.offset(), b.bytes()) &&
+            lifetimesOverlap(a.first_action(), a.last_action(), b.first_action(), b.last_action()))
+          return violation("region overlap", regionText(a) + " and " + regionText(b) + " are live at once and share bytes");
+      }
+    }
+    return llvm::Error::success();
+  }
+};
+
+} // namespace
+
+llvm::Error checkPlan(const Plan &p) {
+  for (const Template &t : p.templates())
+    for (bool fwd : {true, false}) {
+      const Program &prog = fwd ? t.forward() : t.backward();
+      if (!p.has_schedule() && prog.arena_offsets_size() == 0) continue;
+      if (auto e = checkArena(prog, "template '" + t.name() + "' " + (fwd ? "forward" : "backward"))) return e;
+    }
+  if (!p.has_schedule()) return llvm::Error::success();
+  return ScheduleChecker(p).run();
+}
+
+} // namespace megac::plan

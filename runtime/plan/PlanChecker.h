@@ -1,0 +1,40 @@
+#pragma once
+// The plan checker (issue 4): proves a compiled plan's memory plan and
+// streaming schedule safe before anything runs. It runs at the end of
+// `megac compile` and when the runtime reads a plan that has a schedule.
+//
+// It proves:
+// - no two live buffers overlap: device regions whose lifetimes (action
+//   indices) overlap have disjoint bytes, and so do the values of each
+//   program's arena whose lifetimes (op indices; MemoryPlan.h's rules)
+//   overlap, except a view sharing its input's bytes at the same offset;
+// - every read comes after its producer or prefetch event: simulating the
+//   actions in issue order, each FORWARD/BACKWARD of unit u on weight slot k
+//   waits w<k>.ready whose latest record is the PREFETCH of u into k (the
+//   forward's PREFETCH where the weights are still resident); OFFLOAD waits
+//   g<g>.ready recorded by the BACKWARD of its unit; UPDATE waits s<g>.ready
+//   recorded by its OFFLOAD; activations and their gradients are written
+//   before they are read, and the regions' lifetimes cover those actions;
+// - a slot is reused only after its last consumer's event: a PREFETCH into
+//   weight slot k waits w<k>.free recorded by the last compute that read k;
+//   a BACKWARD into grad slot g waits g<g>.free of the last OFFLOAD of g (and
+//   that OFFLOAD was of the previous BACKWARD into g); an OFFLOAD into
+//   staging slot s waits s<s>.free of the last UPDATE of s (likewise);
+// - the peak (device_bytes) stays within gpu_budget_bytes.
+//
+// The error names the violation kind first ("arena overlap", "region
+// overlap", "missing wait", "read before prefetch", "read before write",
+// "slot reused early", "region lifetime", "region size", "over budget",
+// "malformed plan"), then the action index, unit, region or value names.
+#include "runtime/plan/PlanIO.h"
+
+namespace megac::plan {
+
+// Plans without a schedule (CPU only) are checked for their arenas alone,
+// where they have them.
+llvm::Error checkPlan(const Plan &p);
+
+// One program's arena alone; `what` names it in messages ("template 'x' forward").
+llvm::Error checkArena(const Program &prog, const std::string &what);
+
+} // namespace megac::plan

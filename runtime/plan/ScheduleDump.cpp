@@ -1,0 +1,62 @@
+#include "runtime/plan/ScheduleDump.h"
+
+#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/StreamLayout.h"
+
+namespace megac::plan {
+
+static void printEvents(const StreamSchedule &s, const google::protobuf::RepeatedField<int32_t> &ids,
+                        llvm::raw_ostream &os) {
+  if (ids.empty()) os << " -";
+  for (int32_t e : ids) os << " " << (e >= 0 && e < s.events_size() ? s.events(e) : "event" + std::to_string(e));
+}
+
+llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
+  if (!p.has_schedule())
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), "the plan has no streaming schedule");
+  const StreamSchedule &s = p.schedule();
+  auto unitName = [&](int u) { return u >= 0 && u < p.units_size() ? p.units(u).name() : "unit" + std::to_string(u); };
+  os << "schedule: " << p.units_size() << " units, " << s.weight_slots() << " weight slots, " << s.grad_slots()
+     << " grad slots (and as many pinned staging slots)\n";
+  os << "slot bytes: weight " << s.weight_slot_bytes() << ", grad " << s.grad_slot_bytes() << "; pinned staging "
+     << s.pinned_staging_bytes() << "\n";
+  os << "device bytes: " << s.device_bytes() << " (budget " << s.gpu_budget_bytes() << ")\n";
+  os << "arenas (bytes; the sum of their buffers; the peak bytes live):\n";
+  for (const Template &t : p.templates())
+    for (bool fwd : {true, false}) {
+      const Program &prog = fwd ? t.forward() : t.backward();
+      os << "  " << t.name() << (fwd ? " forward: " : " backward: ") << prog.arena_bytes();
+      if (auto ap = planArena(prog)) os << "; " << ap->sumBytes << "; " << ap->lowerBound << "\n";
+      else os << "; invalid program: " << llvm::toString(ap.takeError()) << "\n";
+    }
+  os << "events (" << s.events_size() << "):";
+  for (const std::string &e : s.events()) os << " " << e;
+  os << "\n";
+  os << "regions (" << s.regions_size() << "):\n";
+  for (const DeviceRegion &r : s.regions()) {
+    os << "  " << regionKindName(r.kind()) << " " << r.index();
+    bool isActivation = r.kind() == DeviceRegion::CHECKPOINT || r.kind() == DeviceRegion::ACTIVATION_GRAD ||
+                        r.kind() == DeviceRegion::DATA;
+    if (isActivation && r.index() >= 0 && r.index() < p.activations_size())
+      os << " '" << p.activations(r.index()).name() << "'";
+    os << ": offset " << r.offset() << ", " << r.bytes() << " bytes, actions " << r.first_action() << ".."
+       << r.last_action() << "\n";
+  }
+  os << "actions (" << s.actions_size() << "):\n";
+  for (int i = 0; i < s.actions_size(); ++i) {
+    const StreamAction &a = s.actions(i);
+    os << "  " << i << ": " << actionKindName(a.kind()) << " " << unitName(a.unit()) << " on "
+       << streamName(a.stream());
+    if (a.weight_slot() >= 0) os << " w" << a.weight_slot();
+    if (a.grad_slot() >= 0 && a.kind() != StreamAction::UPDATE) os << " g" << a.grad_slot();
+    if (a.grad_slot() >= 0 && a.kind() != StreamAction::BACKWARD) os << " s" << a.grad_slot(); // staging
+    os << ", waits";
+    printEvents(s, a.waits(), os);
+    os << ", records";
+    printEvents(s, a.records(), os);
+    os << "\n";
+  }
+  return llvm::Error::success();
+}
+
+} // namespace megac::plan

@@ -1,0 +1,144 @@
+#include "runtime/plan/StreamLayout.h"
+
+#include "runtime/cpu/NormAttentionShapes.h"
+#include "runtime/plan/MemoryPlan.h"
+
+#include <algorithm>
+
+namespace megac::plan {
+
+WeightLayout unitWeightLayout(const Plan &p, int unitIndex) {
+  WeightLayout l;
+  for (int32_t id : p.units(unitIndex).parameters()) {
+    l.bytes = alignUp(l.bytes);
+    l.offsets.push_back(l.bytes);
+    l.bytes += 4 * p.parameters(id).numel();
+  }
+  l.bytes = alignUp(l.bytes);
+  return l;
+}
+
+int64_t largestUnitWeightBytes(const Plan &p) {
+  int64_t most = 0;
+  for (int u = 0; u < p.units_size(); ++u) most = std::max(most, unitWeightLayout(p, u).bytes);
+  return most;
+}
+
+static std::vector<int64_t> placeConstants(const Program &prog, int64_t &bytes) {
+  std::vector<int64_t> at(size_t(prog.values_size()), -1);
+  for (int v = 0; v < prog.values_size(); ++v) {
+    if (prog.values(v).kind() != Program::Value::CONSTANT) continue;
+    at[size_t(v)] = bytes;
+    bytes += alignUp(std::max<int64_t>(typeBytes(prog.values(v).type()), 0));
+  }
+  return at;
+}
+
+ConstantsLayout constantsLayout(const Plan &p) {
+  ConstantsLayout l;
+  for (const Template &t : p.templates()) {
+    l.forward.push_back(placeConstants(t.forward(), l.bytes));
+    l.backward.push_back(placeConstants(t.backward(), l.bytes));
+  }
+  return l;
+}
+
+int64_t attentionScoreBytes(const Program &p) {
+  int64_t most = 0;
+  for (const Program::Op &op : p.ops()) {
+    size_t q;
+    if (op.type() == "Attention") q = 0;
+    else if (op.type() == "megac.AttentionGrad") q = 1;
+    else continue;
+    std::vector<Shape> shapes(size_t(op.inputs_size()));
+    auto shape = [&](size_t i) -> const Shape * {
+      if (i >= shapes.size() || op.inputs(int(i)) < 0 || op.inputs(int(i)) >= p.values_size()) return nullptr;
+      const TensorType &t = p.values(op.inputs(int(i))).type();
+      shapes[i].assign(t.shape().begin(), t.shape().end());
+      return &shapes[i];
+    };
+    auto attrs = fromProto(op.attributes());
+    if (!attrs) {
+      llvm::consumeError(attrs.takeError());
+      continue;
+    }
+    cpu::AttentionInputShapes in;
+    in.q = shape(q);
+    in.k = shape(q + 1);
+    in.v = shape(q + 2);
+    in.mask = shape(q + 3);
+    if (q == 0) {
+      in.pastKey = shape(4);
+      in.pastValue = shape(5);
+      in.nonpadKvSeqlen = shape(6);
+    } else {
+      in.nonpadKvSeqlen = shape(q + 4);
+    }
+    if (!in.q || !in.k || !in.v) continue;
+    auto d = cpu::attentionDims(*attrs, in);
+    if (!d) {
+      llvm::consumeError(d.takeError());
+      continue;
+    }
+    most = std::max(most, 2 * 4 * d->batch * d->qHeads * d->qSeq * d->totalSeq);
+  }
+  return most;
+}
+
+int64_t workspaceBudgetBytes(const Plan &p) {
+  int64_t most = 0;
+  for (const Template &t : p.templates())
+    most = std::max({most, attentionScoreBytes(t.forward()), attentionScoreBytes(t.backward())});
+  return alignUp(most) + kGemmWorkspaceBytes;
+}
+
+std::string slotEventName(char slotKind, int slot, bool ready) {
+  return std::string(1, slotKind) + std::to_string(slot) + (ready ? ".ready" : ".free");
+}
+
+bool parseSlotEventName(llvm::StringRef name, char &slotKind, int &slot, bool &ready) {
+  if (name.size() < 3 || (name[0] != 'w' && name[0] != 'g' && name[0] != 's')) return false;
+  slotKind = name[0];
+  auto [num, what] = name.drop_front(1).split('.');
+  if (num.empty() || num.getAsInteger(10, slot) || slot < 0) return false;
+  if (what != "ready" && what != "free") return false;
+  ready = what == "ready";
+  return true;
+}
+
+const char *regionKindName(DeviceRegion::Kind k) {
+  switch (k) {
+  case DeviceRegion::WEIGHT_SLOT: return "WEIGHT_SLOT";
+  case DeviceRegion::GRAD_SLOT: return "GRAD_SLOT";
+  case DeviceRegion::CHECKPOINT: return "CHECKPOINT";
+  case DeviceRegion::ACTIVATION_GRAD: return "ACTIVATION_GRAD";
+  case DeviceRegion::ARENA: return "ARENA";
+  case DeviceRegion::WORKSPACE: return "WORKSPACE";
+  case DeviceRegion::DATA: return "DATA";
+  case DeviceRegion::CONSTANTS: return "CONSTANTS";
+  default: return "UNKNOWN_REGION";
+  }
+}
+
+const char *actionKindName(StreamAction::Kind k) {
+  switch (k) {
+  case StreamAction::PREFETCH: return "PREFETCH";
+  case StreamAction::FORWARD: return "FORWARD";
+  case StreamAction::BACKWARD: return "BACKWARD";
+  case StreamAction::OFFLOAD: return "OFFLOAD";
+  case StreamAction::UPDATE: return "UPDATE";
+  default: return "UNKNOWN_ACTION";
+  }
+}
+
+const char *streamName(StreamAction::Stream s) {
+  switch (s) {
+  case StreamAction::H2D: return "H2D";
+  case StreamAction::COMPUTE: return "COMPUTE";
+  case StreamAction::D2H: return "D2H";
+  case StreamAction::CPU: return "CPU";
+  default: return "UNKNOWN_STREAM";
+  }
+}
+
+} // namespace megac::plan

@@ -1,0 +1,56 @@
+#pragma once
+// How the streaming runtime lays bytes out inside the device regions of a
+// plan's schedule (plan.proto: StreamSchedule, DeviceRegion). Shared by the
+// schedule builder (codegen), the plan checker and the CUDA runtime, so that
+// all three agree on every offset.
+#include "runtime/plan/PlanIO.h"
+
+#include <string>
+#include <vector>
+
+namespace megac::plan {
+
+// A unit's fp32 parameters packed into one weight slot, in unit.parameters()
+// order, each starting 256-byte aligned. The unit's parameter gradients use
+// the same layout in a grad slot (and in a pinned host staging slot).
+struct WeightLayout {
+  std::vector<int64_t> offsets; // per entry of unit.parameters(): byte offset in the slot
+  int64_t bytes = 0;            // bytes the unit needs: the last parameter's end, rounded up to 256
+};
+
+// `unitIndex` and the unit's parameter ids must be valid (checkPlan checks them).
+WeightLayout unitWeightLayout(const Plan &p, int unitIndex);
+
+// The largest unit layout: the bytes of each weight slot and grad slot.
+int64_t largestUnitWeightBytes(const Plan &p);
+
+// The templates' constants in the CONSTANTS region: templates in order, each
+// forward then backward program, CONSTANT values in id order, each 256-byte
+// aligned; the runtime uploads them there once.
+struct ConstantsLayout {
+  // [template][value id] -> byte offset in the region, -1 for other values.
+  std::vector<std::vector<int64_t>> forward, backward;
+  int64_t bytes = 0;
+};
+ConstantsLayout constantsLayout(const Plan &p);
+
+// The kernels' scratch (the WORKSPACE region): for now a budget, not a
+// measurement. Twice the fp32 score matrix [B, H, Sq, Skv] of the largest
+// Attention / megac.AttentionGrad op of any program, plus 32 MiB for
+// cuBLASLt. The runtime checks that its kernels' workspace functions stay
+// within it.
+inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
+int64_t attentionScoreBytes(const Program &p); // the largest of one program, x2; 0 without attention
+int64_t workspaceBudgetBytes(const Plan &p);
+
+// Event names of a schedule: "w<k>.ready", "w<k>.free" (weight slots),
+// "g<k>.*" (grad slots), "s<k>.*" (pinned host staging slots).
+std::string slotEventName(char slotKind, int slot, bool ready);
+// Parses such a name; false if it is not one.
+bool parseSlotEventName(llvm::StringRef name, char &slotKind, int &slot, bool &ready);
+
+const char *regionKindName(DeviceRegion::Kind k);
+const char *actionKindName(StreamAction::Kind k);
+const char *streamName(StreamAction::Stream s);
+
+} // namespace megac::plan

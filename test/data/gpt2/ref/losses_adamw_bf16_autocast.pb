@@ -1,0 +1,1 @@
+Blosses_adamw_bf16_autocastJÆ ≥@ÍG¢@XÜ@Ëm@‹è@

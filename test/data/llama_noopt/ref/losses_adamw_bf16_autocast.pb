@@ -1,0 +1,1 @@
+Blosses_adamw_bf16_autocastJ¶_±@œþ @îó‘@½éx@¢GY@

@@ -1,0 +1,1 @@
+Blosses_adamw_bf16_autocastJ`±@z)¡@Ðý‘@?þx@.¥V@

@@ -1,0 +1,1 @@
+Blosses_adamw_bf16_autocastJà@îBÄ@x @ÀOœ@š6@

@@ -1,0 +1,16 @@
+# Checks the arena lines of `megac plan --schedule`: for every program, the
+# peak bytes live <= the arena <= the sum of its buffers, the arena is
+# 256-aligned, and the ARENA region holds the largest arena.
+import re
+import sys
+
+text = open(sys.argv[1]).read()
+arenas = re.findall(r"^  (\S+) (forward|backward): (\d+); (\d+); (\d+)$", text, re.M)
+assert len(arenas) == 6, arenas
+for name, kind, arena, total, peak in arenas:
+    arena, total, peak = int(arena), int(total), int(peak)
+    assert peak <= arena <= total, (name, kind, arena, total, peak)
+    assert arena % 256 == 0
+region = int(re.search(r"ARENA 0: offset \d+, (\d+) bytes", text).group(1))
+assert region == max(int(a[2]) for a in arenas), region
+print("ok", len(arenas), "arenas")

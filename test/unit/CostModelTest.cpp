@@ -1,0 +1,444 @@
+// The cost model (runtime/plan/CostModel.h): the work of programs counted by
+// hand, and step simulations of small hand-built schedules whose timelines
+// are worked out by hand below (H2D-bound, compute-bound, PCIe shared by both
+// directions), plus invariants on the schedule megac compiles for the llama
+// fixture.
+#include "FixtureTestUtil.h"
+
+#include "codegen/Compile.h"
+#include "runtime/plan/CostModel.h"
+
+#include <array>
+#include <cmath>
+
+using namespace megac;
+using namespace megac::testing;
+
+namespace {
+
+plan::TensorType f32(std::vector<int64_t> shape) {
+  plan::TensorType t;
+  t.set_dtype(plan::F32);
+  for (int64_t d : shape) t.add_shape(d);
+  return t;
+}
+
+int32_t addValue(plan::Program &p, std::vector<int64_t> shape, plan::Program::Value::Kind kind = plan::Program::Value::TEMP) {
+  plan::Program::Value *v = p.add_values();
+  v->set_kind(kind);
+  *v->mutable_type() = f32(shape);
+  return p.values_size() - 1;
+}
+
+void addOp(plan::Program &p, const char *type, std::vector<int32_t> in, std::vector<int32_t> out,
+           const Attrs &attrs = {}) {
+  plan::Program::Op *op = p.add_ops();
+  op->set_type(type);
+  for (int32_t i : in) op->add_inputs(i);
+  for (int32_t o : out) op->add_outputs(o);
+  plan::toProto(attrs, *op->mutable_attributes());
+}
+
+constexpr auto kArg = plan::Program::Value::ARGUMENT;
+
+TEST(CostModel, ProgramWorkCountsGemmFlopsAndBytes) {
+  plan::Program p;
+  // Batched MatMul [3,4,5] x [5,6] -> [3,4,6]: 2*K per output = 2*5*72.
+  int32_t a = addValue(p, {3, 4, 5}, kArg), b = addValue(p, {5, 6}, kArg), y = addValue(p, {3, 4, 6});
+  addOp(p, "MatMul", {a, b}, {y});
+  // Gemm with transA: A [7,2] is used as [2,7], K = 7; Y [2,3]: 2*7*6 = 84.
+  int32_t ga = addValue(p, {7, 2}, kArg), gb = addValue(p, {7, 3}, kArg), gy = addValue(p, {2, 3});
+  Attrs ta;
+  ta.set("transA", Attr::ofInt(1));
+  addOp(p, "Gemm", {ga, gb}, {gy}, ta);
+  // Add [3,4,6] + [3,4,6] -> [3,4,6]: reads 2 x 288 bytes, writes 288.
+  int32_t s = addValue(p, {3, 4, 6});
+  addOp(p, "Add", {y, y}, {s});
+  // A Reshape of a TEMP shares its bytes: nothing; of an argument: a copy.
+  int32_t r = addValue(p, {72, 3});
+  addOp(p, "Reshape", {s}, {r});
+  int32_t r2 = addValue(p, {12, 5});
+  addOp(p, "Reshape", {a}, {r2}); // 240 + 240
+  // Gather of 4 rows of a [1000, 8] table: reads the 4 rows and the
+  // indices, writes them: 128 + 32 (i64 [4]) + 128.
+  int32_t table = addValue(p, {1000, 8}, kArg), rows = addValue(p, {4, 8});
+  int32_t idx = addValue(p, {4}, kArg);
+  p.mutable_values(idx)->mutable_type()->set_dtype(plan::I64);
+  addOp(p, "Gather", {table, idx}, {rows});
+  auto w = plan::programWork(p);
+  ASSERT_TRUE(bool(w)) << llvm::toString(w.takeError());
+  EXPECT_DOUBLE_EQ(w->gemmFlops, 2.0 * 5 * 72 + 84);
+  EXPECT_DOUBLE_EQ(w->memoryBytes, 3 * 288 + 480 + 128 + 32 + 128);
+}
+
+TEST(CostModel, AttentionFlops) {
+  // Q [2,4,16,8] (B=2, 4 heads, Sq=16, D=8), K and V [2,2,16,8] (GQA, 2 kv heads).
+  auto build = [](bool causal, bool grad) {
+    plan::Program p;
+    int32_t dy = grad ? addValue(p, {2, 4, 16, 8}, kArg) : -1;
+    int32_t q = addValue(p, {2, 4, 16, 8}, kArg), k = addValue(p, {2, 2, 16, 8}, kArg),
+            v = addValue(p, {2, 2, 16, 8}, kArg);
+    Attrs at;
+    if (causal) at.set("is_causal", Attr::ofInt(1));
+    if (grad) {
+      int32_t dq = addValue(p, {2, 4, 16, 8}), dk = addValue(p, {2, 2, 16, 8}), dv = addValue(p, {2, 2, 16, 8});
+      addOp(p, "megac.AttentionGrad", {dy, q, k, v}, {dq, dk, dv}, at);
+    } else {
+      int32_t y = addValue(p, {2, 4, 16, 8});
+      addOp(p, "Attention", {q, k, v}, {y}, at);
+    }
+    auto w = plan::programWork(p);
+    EXPECT_TRUE(bool(w)) << llvm::toString(w.takeError());
+    EXPECT_EQ(w->memoryBytes, 0);
+    return w->gemmFlops;
+  };
+  const double bhss = 2.0 * 4 * 16 * 16;
+  EXPECT_DOUBLE_EQ(build(false, false), 4 * bhss * 8); // QK^T and PV: 2*D each
+  EXPECT_DOUBLE_EQ(build(true, false), 2 * bhss * 8);  // causal: half
+  EXPECT_DOUBLE_EQ(build(false, true), 10 * bhss * 8); // recompute QK^T, dV, dP, dQ, dK
+  EXPECT_DOUBLE_EQ(build(true, true), 5 * bhss * 8);
+}
+
+// --- step simulations ---
+
+// Round rates: 10 GB/s each way and 10 GB/s both at once (so 5 each while
+// both run), 1 TFLOP/s fp32 GEMMs, 1e9 AdamW parameters/s.
+plan::MachineProfile roundProfile() {
+  plan::MachineProfile m;
+  m.description = "round numbers";
+  m.pcieH2dGBps = m.pcieD2hGBps = m.pcieBothGBps = 10;
+  m.gemmFp32Tflops = 1;
+  m.gemmBf16Tflops = 4;
+  m.gemmTf32Tflops = 2;
+  m.gpuHbmGBps = 1000;
+  m.cpuAdamwParamsPerS = 1e9;
+  return m;
+}
+
+// Units 0..n-1, unit i with one parameter W_i [1000, cols[i]] (4 MB per 1000
+// columns) and its own template: forward Y = X W with X [rows, 1000]; the
+// backward recomputes Y and computes dX and dW (three products of the same
+// flops). Forward flops 2*rows*1000*cols: rows 100, cols 1000 -> 0.2 ms.
+plan::Plan unitsPlan(int64_t rows, std::vector<int64_t> cols) {
+  plan::Plan p;
+  p.set_compute("fp32");
+  p.set_batch(1);
+  p.set_seq(rows);
+  for (size_t i = 0; i < cols.size(); ++i) {
+    int64_t n = cols[i];
+    plan::Template *t = p.add_templates();
+    t->set_name("t" + std::to_string(i));
+    plan::Program &f = *t->mutable_forward();
+    int32_t x = addValue(f, {rows, 1000}, kArg), w = addValue(f, {1000, n}, kArg), y = addValue(f, {rows, n});
+    addOp(f, "MatMul", {x, w}, {y});
+    plan::Program &b = *t->mutable_backward();
+    x = addValue(b, {rows, 1000}, kArg);
+    w = addValue(b, {1000, n}, kArg);
+    int32_t dy = addValue(b, {rows, n}, kArg), wt = addValue(b, {n, 1000}, kArg), xt = addValue(b, {1000, rows}, kArg);
+    y = addValue(b, {rows, n});
+    int32_t dx = addValue(b, {rows, 1000}), dw = addValue(b, {1000, n});
+    addOp(b, "MatMul", {x, w}, {y});
+    addOp(b, "MatMul", {dy, wt}, {dx});
+    addOp(b, "MatMul", {xt, dy}, {dw});
+    plan::Parameter *q = p.add_parameters();
+    q->set_name("W" + std::to_string(i));
+    q->set_numel(1000 * n);
+    plan::Unit *u = p.add_units();
+    u->set_name("u" + std::to_string(i));
+    u->set_template_id(int32_t(i));
+    u->add_parameters(int32_t(i));
+    p.set_total_parameters(p.total_parameters() + 1000 * n);
+  }
+  plan::StreamSchedule &s = *p.mutable_schedule();
+  for (const char *e : {"w0.ready", "w0.free", "w1.ready", "w1.free", "g0.ready", "g0.free", "s0.ready", "s0.free"})
+    s.add_events(e);
+  return p;
+}
+
+enum Ev { W0R, W0F, W1R, W1F, G0R, G0F, S0R, S0F };
+
+void action(plan::Plan &p, plan::StreamAction::Kind kind, int unit, std::vector<int> waits, std::vector<int> records) {
+  using SA = plan::StreamAction;
+  SA *a = p.mutable_schedule()->add_actions();
+  a->set_kind(kind);
+  a->set_unit(unit);
+  a->set_stream(kind == SA::PREFETCH  ? SA::H2D
+                : kind == SA::OFFLOAD ? SA::D2H
+                : kind == SA::UPDATE  ? SA::CPU
+                                      : SA::COMPUTE);
+  for (int e : waits) a->add_waits(e);
+  for (int e : records) a->add_records(e);
+}
+
+// Three units' forward with two weight slots: unit 2's prefetch reuses slot 0
+// once unit 0's forward frees it, and unit 2's forward waits for the latest
+// record of w0.ready (the second prefetch into slot 0, not the first).
+plan::Plan threeForwards(int64_t rows) {
+  using SA = plan::StreamAction;
+  plan::Plan p = unitsPlan(rows, {1000, 1000, 1000});
+  action(p, SA::PREFETCH, 0, {}, {W0R});    // 0
+  action(p, SA::PREFETCH, 1, {}, {W1R});    // 1
+  action(p, SA::FORWARD, 0, {W0R}, {W0F});  // 2
+  action(p, SA::PREFETCH, 2, {W0F}, {W0R}); // 3
+  action(p, SA::FORWARD, 1, {W1R}, {W1F});  // 4
+  action(p, SA::FORWARD, 2, {W0R}, {W0F});  // 5
+  return p;
+}
+
+constexpr double ms = 1e-3;
+
+void expectTimes(const plan::StepPrediction &s, int action, double start, double end) {
+  EXPECT_NEAR(s.actions[size_t(action)].start, start, 1e-12) << "action " << action;
+  EXPECT_NEAR(s.actions[size_t(action)].end, end, 1e-12) << "action " << action;
+}
+
+TEST(CostModel, H2DBound) {
+  // Prefetch: 4 MB / 10 GB/s = 0.4 ms; forward: 2*100*1000*1000 = 2e8 flops
+  // at 1 TFLOP/s = 0.2 ms.
+  //   P0 [0, 0.4]  P1 [0.4, 0.8]  F0 [0.4, 0.6]  P2 [0.8, 1.2] (lane busy
+  //   until 0.8, w0.free at 0.6)  F1 [0.8, 1.0]  F2 [1.2, 1.4].
+  auto s = plan::predictStep(threeForwards(100), roundProfile());
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  expectTimes(*s, 0, 0, 0.4 * ms);
+  expectTimes(*s, 1, 0.4 * ms, 0.8 * ms);
+  expectTimes(*s, 2, 0.4 * ms, 0.6 * ms);
+  expectTimes(*s, 3, 0.8 * ms, 1.2 * ms);
+  expectTimes(*s, 4, 0.8 * ms, 1.0 * ms);
+  expectTimes(*s, 5, 1.2 * ms, 1.4 * ms);
+  EXPECT_NEAR(s->stepSeconds, 1.4 * ms, 1e-12);
+  EXPECT_NEAR(s->laneBusy[plan::kLaneH2D], 1.2 * ms, 1e-12);
+  EXPECT_NEAR(s->laneBusy[plan::kLaneCompute], 0.6 * ms, 1e-12);
+  EXPECT_EQ(s->laneBusy[plan::kLaneD2H], 0);
+  // Critical path: F2 <- P2 <- P1 <- P0.
+  EXPECT_NEAR(s->criticalPath[plan::kLaneH2D], 1.2 * ms, 1e-12);
+  EXPECT_NEAR(s->criticalPath[plan::kLaneCompute], 0.2 * ms, 1e-12);
+  EXPECT_EQ(s->bottleneck, plan::kLaneH2D);
+  EXPECT_EQ(s->h2dBytes, 12000000);
+  EXPECT_EQ(s->d2hBytes, 0);
+  EXPECT_EQ(s->actions[3].transferBytes, 4000000);
+  EXPECT_DOUBLE_EQ(s->actions[2].gemmFlops, 2e8);
+  // 6 * 3e6 parameters * 1 * 100 tokens / 1.4 ms.
+  EXPECT_DOUBLE_EQ(s->modelFlops, 1.8e9);
+  EXPECT_NEAR(s->tflops, 1.8e9 / (1.4 * ms) / 1e12, 1e-9);
+}
+
+TEST(CostModel, ComputeBound) {
+  // rows 1000: each forward 2e9 flops = 2 ms.
+  //   P0 [0, 0.4]  P1 [0.4, 0.8]  F0 [0.4, 2.4]  P2 [2.4, 2.8]  F1 [2.4, 4.4]
+  //   F2 [4.4, 6.4].
+  auto s = plan::predictStep(threeForwards(1000), roundProfile());
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  expectTimes(*s, 2, 0.4 * ms, 2.4 * ms);
+  expectTimes(*s, 3, 2.4 * ms, 2.8 * ms);
+  expectTimes(*s, 4, 2.4 * ms, 4.4 * ms);
+  expectTimes(*s, 5, 4.4 * ms, 6.4 * ms);
+  EXPECT_NEAR(s->stepSeconds, 6.4 * ms, 1e-12);
+  EXPECT_NEAR(s->criticalPath[plan::kLaneCompute], 6.0 * ms, 1e-12);
+  EXPECT_NEAR(s->criticalPath[plan::kLaneH2D], 0.4 * ms, 1e-12);
+  EXPECT_EQ(s->bottleneck, plan::kLaneCompute);
+  // bf16 mode: 4 TFLOP/s, forwards of 0.5 ms: F0 [0.4, 0.9], P2 [0.9, 1.3],
+  // F1 [0.9, 1.4], F2 [1.4, 1.9].
+  plan::Plan p = threeForwards(1000);
+  p.set_compute("bf16");
+  s = plan::predictStep(p, roundProfile());
+  ASSERT_TRUE(bool(s));
+  expectTimes(*s, 5, 1.4 * ms, 1.9 * ms);
+}
+
+TEST(CostModel, SharedPcieAndMemory) {
+  using SA = plan::StreamAction;
+  // Unit 0: W 4 MB; unit 1: W [1000, 2000], 8 MB. rows 100: unit 0's
+  // backward is 3 x 2e8 flops = 0.6 ms.
+  plan::Plan p = unitsPlan(100, {1000, 2000});
+  action(p, SA::PREFETCH, 0, {}, {W0R});          // 0: [0, 0.4]
+  action(p, SA::BACKWARD, 0, {W0R}, {G0R});       // 1: [0.4, 1.0]
+  action(p, SA::PREFETCH, 1, {G0R}, {W1R});       // 2: starts at 1.0
+  action(p, SA::OFFLOAD, 0, {G0R}, {G0F, S0R});   // 3: starts at 1.0
+  action(p, SA::UPDATE, 0, {S0R}, {S0F});         // 4
+  // From 1.0 both directions share 10 GB/s: 5 each. The offload's 4 MB end
+  // at 1.8; the prefetch has 8 - 4 = 4 MB left, alone at 10 GB/s: 2.2. The
+  // update of 1e6 parameters takes 1 ms: [1.8, 2.8].
+  // Regions (offset, bytes, actions): R0 (0, 1000, 0..1), R1 (1000, 500,
+  // 1..3), R2 (0, 1000, 2..4), R3 (500, 1000, 0..1) overlapping R0 and R1:
+  // live bytes are a union. [0, 1.8): 1500; [1.8, 2.8): 1000; then 0.
+  plan::StreamSchedule &sch = *p.mutable_schedule();
+  for (auto [offset, bytes, first, last] :
+       std::vector<std::array<int64_t, 4>>{{0, 1000, 0, 1}, {1000, 500, 1, 3}, {0, 1000, 2, 4}, {500, 1000, 0, 1}}) {
+    plan::DeviceRegion *r = sch.add_regions();
+    r->set_offset(offset);
+    r->set_bytes(bytes);
+    r->set_first_action(int32_t(first));
+    r->set_last_action(int32_t(last));
+  }
+  auto s = plan::predictStep(p, roundProfile());
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  expectTimes(*s, 0, 0, 0.4 * ms);
+  expectTimes(*s, 1, 0.4 * ms, 1.0 * ms);
+  expectTimes(*s, 2, 1.0 * ms, 2.2 * ms);
+  expectTimes(*s, 3, 1.0 * ms, 1.8 * ms);
+  expectTimes(*s, 4, 1.8 * ms, 2.8 * ms);
+  EXPECT_NEAR(s->actions[2].alone, 0.8 * ms, 1e-12);
+  EXPECT_EQ(s->actions[4].parameters, 1000000);
+  EXPECT_NEAR(s->stepSeconds, 2.8 * ms, 1e-12);
+  EXPECT_NEAR(s->laneBusy[plan::kLaneH2D], 1.6 * ms, 1e-12);
+  EXPECT_NEAR(s->laneBusy[plan::kLaneCompute], 0.6 * ms, 1e-12);
+  EXPECT_NEAR(s->laneBusy[plan::kLaneD2H], 0.8 * ms, 1e-12);
+  EXPECT_NEAR(s->laneBusy[plan::kLaneCPU], 1.0 * ms, 1e-12);
+  // Critical path: U <- O <- B <- P0; the CPU has the longest share.
+  EXPECT_NEAR(s->criticalPath[plan::kLaneCPU], 1.0 * ms, 1e-12);
+  EXPECT_NEAR(s->criticalPath[plan::kLaneD2H], 0.8 * ms, 1e-12);
+  EXPECT_NEAR(s->criticalPath[plan::kLaneCompute], 0.6 * ms, 1e-12);
+  EXPECT_NEAR(s->criticalPath[plan::kLaneH2D], 0.4 * ms, 1e-12);
+  EXPECT_EQ(s->bottleneck, plan::kLaneCPU);
+  EXPECT_EQ(s->h2dBytes, 12000000);
+  EXPECT_EQ(s->d2hBytes, 4000000);
+
+  ASSERT_EQ(s->memory.size(), 3u);
+  EXPECT_EQ(s->memory[0].time, 0);
+  EXPECT_EQ(s->memory[0].bytes, 1500);
+  EXPECT_NEAR(s->memory[1].time, 1.8 * ms, 1e-12);
+  EXPECT_EQ(s->memory[1].bytes, 1000);
+  EXPECT_NEAR(s->memory[2].time, 2.8 * ms, 1e-12);
+  EXPECT_EQ(s->memory[2].bytes, 0);
+  EXPECT_EQ(s->peakMemoryBytes, 1500);
+}
+
+TEST(CostModel, HostBlocksOnCpuEvents) {
+  using SA = plan::StreamAction;
+  // The offload waits for an event the CPU records (s0.free): the host
+  // blocks before issuing it, so the forward issued after it cannot start
+  // before the update ends either, although it waits for nothing.
+  //   U [0, 1.0] (1e6 parameters)  O [1.0, 1.4]  F [1.0, 1.2]
+  plan::Plan p = unitsPlan(100, {1000});
+  action(p, SA::UPDATE, 0, {}, {S0F});
+  action(p, SA::OFFLOAD, 0, {S0F}, {});
+  action(p, SA::FORWARD, 0, {}, {});
+  auto s = plan::predictStep(p, roundProfile());
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  expectTimes(*s, 0, 0, 1.0 * ms);
+  expectTimes(*s, 1, 1.0 * ms, 1.4 * ms);
+  expectTimes(*s, 2, 1.0 * ms, 1.2 * ms);
+  // A CPU action waiting for a CPU event blocks only the CPU lane.
+  p = unitsPlan(100, {1000});
+  action(p, SA::UPDATE, 0, {}, {S0F});
+  action(p, SA::UPDATE, 0, {S0F}, {});
+  action(p, SA::FORWARD, 0, {}, {});
+  s = plan::predictStep(p, roundProfile());
+  ASSERT_TRUE(bool(s));
+  expectTimes(*s, 1, 1.0 * ms, 2.0 * ms);
+  expectTimes(*s, 2, 0, 0.2 * ms);
+}
+
+TEST(CostModel, TiedParameterUpdatedByItsLastUser) {
+  using SA = plan::StreamAction;
+  // Unit 1 also uses W0: it moves with both units, but is updated once,
+  // with unit 0 (backward runs in reverse, so unit 0 contributes last).
+  plan::Plan p = unitsPlan(100, {1000, 1000});
+  p.mutable_units(1)->add_parameters(0);
+  action(p, SA::PREFETCH, 1, {}, {});
+  action(p, SA::UPDATE, 1, {}, {});
+  action(p, SA::UPDATE, 0, {}, {});
+  auto s = plan::predictStep(p, roundProfile());
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  EXPECT_EQ(s->actions[0].transferBytes, 8000000);
+  EXPECT_EQ(s->actions[1].parameters, 1000000);
+  EXPECT_EQ(s->actions[2].parameters, 1000000);
+}
+
+TEST(CostModel, MemoryBoundOpsUseHbmBandwidth) {
+  using SA = plan::StreamAction;
+  // gpu_hbm_gbps may be left out of a profile (default 4000 GB/s); here 100.
+  const char *text = "pcie_h2d_gbps = 10\npcie_d2h_gbps = 10\npcie_both_gbps = 10\npcie_pageable_h2d_gbps = 1\n"
+                     "gemm_bf16_tflops = 4\ngemm_tf32_tflops = 2\ngemm_fp32_tflops = 1\nhost_mem_gbps = 50\n"
+                     "cpu_adamw_params_per_s = 1e9\ngpu_mem_gib = 80\ngpu_mem_free_gib = 79\n";
+  auto base = plan::parseMachineProfile(text, "test");
+  ASSERT_TRUE(bool(base)) << llvm::toString(base.takeError());
+  EXPECT_EQ(base->gpuHbmGBps, 4000);
+  auto m = plan::parseMachineProfile(std::string(text) + "gpu_hbm_gbps = 100\n", "test");
+  ASSERT_TRUE(bool(m)) << llvm::toString(m.takeError());
+  EXPECT_EQ(m->gpuHbmGBps, 100);
+  // Unit 0's forward: Y = X W (2e8 flops: 0.2 ms at 1 TFLOP/s), then
+  // Z = Y + Y over [100, 1000] f32: 3 x 400000 bytes at 100 GB/s = 0.012 ms.
+  plan::Plan p = unitsPlan(100, {1000});
+  plan::Program &f = *p.mutable_templates(0)->mutable_forward();
+  int32_t z = addValue(f, {100, 1000});
+  addOp(f, "Add", {2, 2}, {z});
+  action(p, SA::FORWARD, 0, {}, {});
+  auto s = plan::predictStep(p, *m);
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  EXPECT_DOUBLE_EQ(s->actions[0].memoryBytes, 1.2e6);
+  EXPECT_NEAR(s->stepSeconds, 0.212 * ms, 1e-12);
+}
+
+TEST(CostModel, RefusesBadInput) {
+  plan::Plan p = threeForwards(100);
+  p.set_compute("fp8");
+  auto s = plan::predictStep(p, roundProfile());
+  ASSERT_FALSE(bool(s));
+  EXPECT_NE(llvm::toString(s.takeError()).find("'fp8'"), std::string::npos);
+
+  p = threeForwards(100);
+  p.mutable_schedule()->mutable_actions(2)->add_waits(99);
+  s = plan::predictStep(p, roundProfile());
+  ASSERT_FALSE(bool(s));
+  EXPECT_NE(llvm::toString(s.takeError()).find("event 99"), std::string::npos);
+
+  p = threeForwards(100);
+  p.mutable_schedule()->mutable_actions(0)->set_unit(5);
+  s = plan::predictStep(p, roundProfile());
+  ASSERT_FALSE(bool(s));
+  EXPECT_NE(llvm::toString(s.takeError()).find("unit 5"), std::string::npos);
+
+  p = threeForwards(100);
+  p.clear_schedule();
+  s = plan::predictStep(p, roundProfile());
+  ASSERT_FALSE(bool(s));
+  llvm::consumeError(s.takeError());
+
+  plan::MachineProfile m = roundProfile();
+  m.pcieBothGBps = 0;
+  s = plan::predictStep(threeForwards(100), m);
+  ASSERT_FALSE(bool(s));
+  llvm::consumeError(s.takeError());
+}
+
+// The schedule compiled for the llama fixture: each lane runs one action at
+// a time in issue order, every action starts after the latest record of each
+// event it waits for, and the critical path adds up to the step.
+TEST(CostModel, CompiledScheduleInvariants) {
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 16;
+  codegen::CodegenOptions co;
+  co.compute = "bf16";
+  auto p = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  if (!p->has_schedule()) GTEST_SKIP() << "codegen does not build a schedule yet";
+  auto s = plan::predictStep(*p, plan::MachineProfile());
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  const plan::StreamSchedule &sch = p->schedule();
+  ASSERT_EQ(s->actions.size(), size_t(sch.actions_size()));
+  std::vector<int> lastRecord(size_t(sch.events_size()), -1);
+  double prevEnd[plan::kNumLanes] = {0, 0, 0, 0}, latest = 0, path = 0;
+  for (int i = 0; i < sch.actions_size(); ++i) {
+    const plan::ActionTiming &t = s->actions[size_t(i)];
+    EXPECT_EQ(t.lane, int(sch.actions(i).stream()));
+    EXPECT_LE(t.start, t.end);
+    EXPECT_GE(t.start, prevEnd[t.lane] - 1e-15) << "action " << i;
+    prevEnd[t.lane] = t.end;
+    for (int32_t e : sch.actions(i).waits())
+      if (lastRecord[size_t(e)] >= 0) {
+        EXPECT_GE(t.start, s->actions[size_t(lastRecord[size_t(e)])].end - 1e-15);
+      }
+    for (int32_t e : sch.actions(i).records()) lastRecord[size_t(e)] = i;
+    latest = std::max(latest, t.end);
+  }
+  EXPECT_DOUBLE_EQ(s->stepSeconds, latest);
+  for (double x : s->criticalPath) path += x;
+  EXPECT_NEAR(path, s->stepSeconds, 1e-12);
+  EXPECT_GT(s->tflops, 0);
+  EXPECT_GT(s->peakMemoryBytes, 0);
+  EXPECT_LE(s->peakMemoryBytes, sch.device_bytes());
+}
+
+} // namespace

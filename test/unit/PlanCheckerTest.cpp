@@ -1,0 +1,246 @@
+// The plan checker (runtime/plan/PlanChecker.h): compiled fixture plans check
+// clean; each kind of violation, made by mutating a copy, is caught and named.
+// Action indices refer to the llama schedule spelled out in
+// StreamScheduleTest.cpp (units embed=0, layer.0=1, layer.1=2, head=3).
+#include "FixtureTestUtil.h"
+
+#include "codegen/Compile.h"
+#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/PlanChecker.h"
+
+#include "llvm/Support/FileSystem.h"
+
+using namespace megac;
+using namespace megac::testing;
+
+namespace {
+
+plan::Plan compileFixture(const char *model, int weightSlots = 2, int gradSlots = 2) {
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 16;
+  codegen::CodegenOptions co;
+  co.schedule.weightSlots = weightSlots;
+  co.schedule.gradSlots = gradSlots;
+  auto p = codegen::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return {};
+  }
+  return *p;
+}
+
+const plan::Plan &llama() {
+  static plan::Plan p = compileFixture("llama");
+  return p;
+}
+
+// The checker's message, or "" when the plan is clean.
+std::string check(const plan::Plan &p) {
+  llvm::Error e = plan::checkPlan(p);
+  return e ? llvm::toString(std::move(e)) : std::string();
+}
+
+#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
+
+plan::StreamAction &action(plan::Plan &p, int i) { return *p.mutable_schedule()->mutable_actions(i); }
+
+void removeWait(plan::StreamAction &a, const plan::Plan &p, const std::string &event) {
+  std::vector<int32_t> keep;
+  for (int32_t e : a.waits())
+    if (p.schedule().events(e) != event) keep.push_back(e);
+  ASSERT_EQ(keep.size() + 1, size_t(a.waits_size())) << "the action does not wait " << event;
+  a.mutable_waits()->Assign(keep.begin(), keep.end());
+}
+
+// Moves action `from` to just after action `after` (from < after).
+void moveAfter(plan::Plan &p, int from, int after) {
+  auto *actions = p.mutable_schedule()->mutable_actions();
+  for (int i = from; i < after; ++i) actions->SwapElements(i, i + 1);
+}
+
+plan::DeviceRegion &region(plan::Plan &p, plan::DeviceRegion::Kind kind, int index) {
+  for (plan::DeviceRegion &r : *p.mutable_schedule()->mutable_regions())
+    if (r.kind() == kind && r.index() == index) return r;
+  ADD_FAILURE() << "no such region";
+  static plan::DeviceRegion none;
+  return none;
+}
+
+} // namespace
+
+TEST(PlanChecker, CompiledPlansAreClean) {
+  EXPECT_EQ(check(llama()), "");
+  for (const char *model : {"gpt2", "llama_sdpa", "llama_op23"}) EXPECT_EQ(check(compileFixture(model)), "") << model;
+  EXPECT_EQ(check(compileFixture("llama", 3, 1)), "");
+  EXPECT_EQ(check(compileFixture("llama", 5, 3)), "");
+}
+
+TEST(PlanChecker, DroppedReadyWait) {
+  plan::Plan p = llama();
+  removeWait(action(p, 2), p, "w0.ready"); // FORWARD of embed
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "missing wait");
+  EXPECT_CONTAINS(m, "action 2 (FORWARD of 'embed', weight slot 0) does not wait w0.ready");
+
+  p = llama();
+  removeWait(action(p, 9), p, "g0.ready"); // OFFLOAD of head
+  EXPECT_CONTAINS(check(p), "missing wait");
+  EXPECT_CONTAINS(check(p), "OFFLOAD of 'head'");
+}
+
+TEST(PlanChecker, PrefetchMovedAfterItsForward) {
+  plan::Plan p = llama();
+  moveAfter(p, 1, 4); // PREFETCH of layer.0 after FORWARD of layer.0
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "read before prefetch");
+  EXPECT_CONTAINS(m, "FORWARD of 'layer.0'");
+}
+
+TEST(PlanChecker, ComputeOnAnotherUnitsWeights) {
+  plan::Plan p = llama();
+  action(p, 6).set_unit(1); // "FORWARD of layer.0" on slot 0, which holds layer.1
+  EXPECT_CONTAINS(check(p), "read before prefetch");
+}
+
+TEST(PlanChecker, TwoLiveRegionsOverlap) {
+  using R = plan::DeviceRegion;
+  plan::Plan p = llama();
+  region(p, R::WEIGHT_SLOT, 1).set_offset(region(p, R::WEIGHT_SLOT, 0).offset());
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "region overlap");
+  EXPECT_CONTAINS(m, "WEIGHT_SLOT 0");
+  EXPECT_CONTAINS(m, "WEIGHT_SLOT 1");
+
+  // A checkpoint and an activation gradient both live at action 8 (BACKWARD of head).
+  p = llama();
+  int h2 = p.units(2).activation_outputs(0);
+  region(p, R::ACTIVATION_GRAD, h2).set_offset(region(p, R::CHECKPOINT, h2).offset());
+  m = check(p);
+  EXPECT_CONTAINS(m, "region overlap");
+  EXPECT_CONTAINS(m, "ACTIVATION_GRAD " + std::to_string(h2));
+}
+
+TEST(PlanChecker, TwoLiveArenaValuesOverlap) {
+  plan::Plan p = llama();
+  plan::Program &prog = *p.mutable_templates(1)->mutable_backward();
+  // An elementwise op whose TEMP input and output have the same type: both
+  // are live at the op.
+  int in = -1, out = -1;
+  for (const plan::Program::Op &op : prog.ops()) {
+    if (plan::isViewOp(op.type()) || op.inputs_size() == 0 || op.outputs_size() != 1) continue;
+    int a = op.inputs(0), b = op.outputs(0);
+    if (a < 0 || b < 0 || prog.arena_offsets(a) < 0 || prog.arena_offsets(b) < 0) continue;
+    if (prog.values(a).type().SerializeAsString() != prog.values(b).type().SerializeAsString()) continue;
+    in = a;
+    out = b;
+    break;
+  }
+  ASSERT_GE(in, 0);
+  EXPECT_EQ(check(p), "");
+  prog.set_arena_offsets(out, prog.arena_offsets(in));
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "arena overlap");
+  EXPECT_CONTAINS(m, "template 'layer.0' backward");
+  EXPECT_CONTAINS(m, "'" + prog.values(out).name() + "'");
+}
+
+TEST(PlanChecker, ArenaValueOutsideTheArena) {
+  plan::Plan p = llama();
+  plan::Program &prog = *p.mutable_templates(0)->mutable_forward();
+  prog.set_arena_bytes(prog.arena_bytes() - 256);
+  EXPECT_CONTAINS(check(p), "arena overlap");
+}
+
+TEST(PlanChecker, ShrunkBudget) {
+  plan::Plan p = llama();
+  p.mutable_schedule()->set_gpu_budget_bytes(p.schedule().device_bytes() - 1);
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "over budget");
+  EXPECT_CONTAINS(m, std::to_string(p.schedule().device_bytes()) + " bytes");
+}
+
+TEST(PlanChecker, StagingSlotReusedWithoutWaiting) {
+  plan::Plan p = llama();
+  removeWait(action(p, 17), p, "s0.free"); // OFFLOAD of layer.0 into staging 0, last read by UPDATE of head
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "slot reused early");
+  EXPECT_CONTAINS(m, "does not wait s0.free");
+  EXPECT_CONTAINS(m, "action 10 (UPDATE of 'head'");
+}
+
+TEST(PlanChecker, StagingSlotOverwrittenBeforeItsUpdate) {
+  plan::Plan p = llama();
+  moveAfter(p, 10, 17); // UPDATE of head after the OFFLOAD that refills its staging slot
+  EXPECT_CONTAINS(check(p), "slot reused early");
+  EXPECT_CONTAINS(check(p), "before the UPDATE of 'head' read it");
+}
+
+TEST(PlanChecker, WeightSlotReusedWithoutWaiting) {
+  plan::Plan p = llama();
+  removeWait(action(p, 3), p, "w0.free"); // PREFETCH of layer.1 into slot 0, read by FORWARD of embed
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "slot reused early");
+  EXPECT_CONTAINS(m, "PREFETCH of 'layer.1'");
+  EXPECT_CONTAINS(m, "does not wait w0.free");
+}
+
+TEST(PlanChecker, GradSlotReusedWithoutWaiting) {
+  plan::Plan p = llama();
+  removeWait(action(p, 16), p, "g0.free"); // BACKWARD of layer.0 into grad slot 0
+  EXPECT_CONTAINS(check(p), "slot reused early");
+  EXPECT_CONTAINS(check(p), "does not wait g0.free");
+}
+
+TEST(PlanChecker, OffloadBeforeItsBackward) {
+  plan::Plan p = llama();
+  moveAfter(p, 8, 9); // OFFLOAD of head before BACKWARD of head
+  EXPECT_CONTAINS(check(p), "read before write");
+}
+
+TEST(PlanChecker, BackwardBeforeTheGradientOfItsOutput) {
+  plan::Plan p = llama();
+  // Action 8 becomes the BACKWARD of layer.1 on slot 0, where its weights
+  // still are (PREFETCH at 3): the weights are right, but the gradient of
+  // its output comes from the head's BACKWARD, not issued yet.
+  plan::StreamAction &b = action(p, 8);
+  b.set_unit(2);
+  b.set_weight_slot(0);
+  b.clear_waits();
+  for (int e = 0; e < p.schedule().events_size(); ++e)
+    if (p.schedule().events(e) == "w0.ready") b.add_waits(e);
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "read before write");
+  EXPECT_CONTAINS(m, "action 8 (BACKWARD of 'layer.1'");
+  EXPECT_CONTAINS(m, "before the BACKWARD of 'head' adds to it");
+}
+
+TEST(PlanChecker, CheckpointRegionTooShort) {
+  plan::Plan p = llama();
+  int h0 = p.units(0).activation_outputs(0);
+  region(p, plan::DeviceRegion::CHECKPOINT, h0).set_last_action(10); // read until action 16
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "region lifetime");
+  EXPECT_CONTAINS(m, "CHECKPOINT " + std::to_string(h0));
+}
+
+TEST(PlanChecker, SlotTooSmall) {
+  plan::Plan p = llama();
+  region(p, plan::DeviceRegion::WEIGHT_SLOT, 1).set_bytes(1024);
+  EXPECT_CONTAINS(check(p), "region size");
+}
+
+TEST(PlanChecker, ReadPlanRefusesAnUnsafePlan) {
+  plan::Plan p = llama();
+  p.mutable_schedule()->set_gpu_budget_bytes(1 << 20);
+  llvm::SmallString<128> path;
+  ASSERT_FALSE(llvm::sys::fs::createTemporaryFile("megac-checker", "plan", path));
+  ASSERT_FALSE(bool(plan::writePlan(p, std::string(path))));
+  auto read = plan::readPlan(std::string(path));
+  ASSERT_FALSE(bool(read));
+  EXPECT_CONTAINS(llvm::toString(read.takeError()), "over budget");
+  ASSERT_FALSE(bool(plan::writePlan(llama(), std::string(path))));
+  auto ok = plan::readPlan(std::string(path));
+  EXPECT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
+  llvm::sys::fs::remove(path);
+}

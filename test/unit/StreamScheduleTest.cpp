@@ -1,0 +1,229 @@
+// The streaming schedule (codegen/StreamSchedule.h) and the weight-slot
+// layout (runtime/plan/StreamLayout.h) on the llama fixture: units embed,
+// layer.0, layer.1, head; every action, event and region lifetime below is
+// worked out by hand.
+#include "FixtureTestUtil.h"
+
+#include "codegen/Compile.h"
+#include "runtime/plan/StreamLayout.h"
+
+using namespace megac;
+using namespace megac::testing;
+
+namespace {
+
+plan::Plan compileLlama(int weightSlots = 2, int gradSlots = 2) {
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 16;
+  codegen::CodegenOptions co;
+  co.schedule.weightSlots = weightSlots;
+  co.schedule.gradSlots = gradSlots;
+  auto p = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return {};
+  }
+  return *p;
+}
+
+// "P0 w0 | waits | records": kind letter, unit, slots, events.
+std::vector<std::string> render(const plan::StreamSchedule &s) {
+  std::vector<std::string> out;
+  for (const plan::StreamAction &a : s.actions()) {
+    std::string t(1, plan::actionKindName(a.kind())[0]);
+    t += std::to_string(a.unit());
+    if (a.weight_slot() >= 0) t += " w" + std::to_string(a.weight_slot());
+    if (a.grad_slot() >= 0) t += " g" + std::to_string(a.grad_slot());
+    t += " |";
+    for (int e : a.waits()) t += " " + s.events(e);
+    t += " |";
+    for (int e : a.records()) t += " " + s.events(e);
+    out.push_back(t);
+  }
+  return out;
+}
+
+const plan::DeviceRegion *region(const plan::StreamSchedule &s, plan::DeviceRegion::Kind kind, int index) {
+  for (const plan::DeviceRegion &r : s.regions())
+    if (r.kind() == kind && r.index() == index) return &r;
+  ADD_FAILURE() << "no region " << plan::regionKindName(kind) << " " << index;
+  static plan::DeviceRegion none;
+  return &none;
+}
+
+} // namespace
+
+TEST(StreamSchedule, LlamaTwoWeightSlotsActionByAction) {
+  plan::Plan p = compileLlama();
+  ASSERT_EQ(p.units_size(), 4);
+  const plan::StreamSchedule &s = p.schedule();
+  EXPECT_EQ(s.weight_slots(), 2);
+  EXPECT_EQ(s.grad_slots(), 2);
+  std::vector<std::string> want = {
+      // Forward: PREFETCH(i+1) is issued before FORWARD(i).
+      "P0 w0 | | w0.ready",
+      "P1 w1 | | w1.ready",
+      "F0 w0 | w0.ready | w0.free",
+      "P2 w0 | w0.free | w0.ready",
+      "F1 w1 | w1.ready | w1.free",
+      "P3 w1 | w1.free | w1.ready",
+      "F2 w0 | w0.ready | w0.free",
+      "F3 w1 | w1.ready | w1.free",
+      // Backward: head (3) and layer.1 (2) are still resident: no PREFETCH.
+      "B3 w1 g0 | w1.ready | w1.free g0.ready",
+      "O3 g0 | g0.ready | g0.free s0.ready",
+      "U3 g0 | s0.ready | s0.free",
+      "P1 w1 | w1.free | w1.ready",
+      "B2 w0 g1 | w0.ready | w0.free g1.ready",
+      "O2 g1 | g1.ready | g1.free s1.ready",
+      "U2 g1 | s1.ready | s1.free",
+      "P0 w0 | w0.free | w0.ready",
+      "B1 w1 g0 | w1.ready g0.free | w1.free g0.ready",
+      "O1 g0 | g0.ready s0.free | g0.free s0.ready",
+      "U1 g0 | s0.ready | s0.free",
+      "B0 w0 g1 | w0.ready g1.free | w0.free g1.ready",
+      "O0 g1 | g1.ready s1.free | g1.free s1.ready",
+      "U0 g1 | s1.ready | s1.free",
+  };
+  EXPECT_EQ(render(s), want);
+  for (const plan::StreamAction &a : s.actions()) {
+    plan::StreamAction::Stream stream = a.kind() == plan::StreamAction::PREFETCH  ? plan::StreamAction::H2D
+                                        : a.kind() == plan::StreamAction::OFFLOAD ? plan::StreamAction::D2H
+                                        : a.kind() == plan::StreamAction::UPDATE  ? plan::StreamAction::CPU
+                                                                                  : plan::StreamAction::COMPUTE;
+    EXPECT_EQ(a.stream(), stream);
+  }
+}
+
+TEST(StreamSchedule, ThreeWeightSlotsPrefetchTwoAheadAndReuseThreeResidents) {
+  plan::Plan p = compileLlama(3, 1);
+  std::vector<std::string> want = {
+      "P0 w0 | | w0.ready",
+      "P1 w1 | | w1.ready",
+      "P2 w2 | | w2.ready",
+      "F0 w0 | w0.ready | w0.free",
+      "P3 w0 | w0.free | w0.ready",
+      "F1 w1 | w1.ready | w1.free",
+      "F2 w2 | w2.ready | w2.free",
+      "F3 w0 | w0.ready | w0.free",
+      "B3 w0 g0 | w0.ready | w0.free g0.ready",
+      "O3 g0 | g0.ready | g0.free s0.ready",
+      "U3 g0 | s0.ready | s0.free",
+      "P0 w0 | w0.free | w0.ready",
+      "B2 w2 g0 | w2.ready g0.free | w2.free g0.ready",
+      "O2 g0 | g0.ready s0.free | g0.free s0.ready",
+      "U2 g0 | s0.ready | s0.free",
+      "B1 w1 g0 | w1.ready g0.free | w1.free g0.ready",
+      "O1 g0 | g0.ready s0.free | g0.free s0.ready",
+      "U1 g0 | s0.ready | s0.free",
+      "B0 w0 g0 | w0.ready g0.free | w0.free g0.ready",
+      "O0 g0 | g0.ready s0.free | g0.free s0.ready",
+      "U0 g0 | s0.ready | s0.free",
+  };
+  EXPECT_EQ(render(p.schedule()), want);
+}
+
+TEST(StreamSchedule, LlamaRegions) {
+  plan::Plan p = compileLlama();
+  const plan::StreamSchedule &s = p.schedule();
+  using R = plan::DeviceRegion;
+  // A layer: q, o 64x64; k, v 64x32; gate, up, down 64x176; two norms of 64
+  // (every size already a multiple of 256 bytes): 46208 floats.
+  EXPECT_EQ(s.weight_slot_bytes(), 46208 * 4);
+  EXPECT_EQ(s.grad_slot_bytes(), 46208 * 4);
+  EXPECT_EQ(s.pinned_staging_bytes(), 2 * 46208 * 4);
+  for (int k = 0; k < 2; ++k) {
+    EXPECT_EQ(region(s, R::WEIGHT_SLOT, k)->bytes(), 46208 * 4);
+    EXPECT_EQ(region(s, R::GRAD_SLOT, k)->last_action(), 21);
+  }
+  // Activations: h0 = embed -> layer.0, h1 = layer.0 -> layer.1, h2 = layer.1 -> head, loss.
+  int h0 = p.units(0).activation_outputs(0), h1 = p.units(1).activation_outputs(0);
+  int h2 = p.units(2).activation_outputs(0), loss = p.units(3).activation_outputs(0);
+  auto life = [&](R::Kind k, int a) {
+    const R *r = region(s, k, a);
+    return std::make_pair(r->first_action(), r->last_action());
+  };
+  // Action indices from the test above: F0=2 F1=4 F2=6 F3=7 B3=8 B2=12 B1=16 B0=19.
+  EXPECT_EQ(life(R::CHECKPOINT, h0), std::make_pair(2, 16));
+  EXPECT_EQ(life(R::CHECKPOINT, h1), std::make_pair(4, 12));
+  EXPECT_EQ(life(R::CHECKPOINT, h2), std::make_pair(6, 8));
+  EXPECT_EQ(life(R::CHECKPOINT, loss), std::make_pair(7, 21));
+  EXPECT_EQ(life(R::ACTIVATION_GRAD, loss), std::make_pair(8, 8));
+  EXPECT_EQ(life(R::ACTIVATION_GRAD, h2), std::make_pair(8, 12));
+  EXPECT_EQ(life(R::ACTIVATION_GRAD, h1), std::make_pair(12, 16));
+  EXPECT_EQ(life(R::ACTIVATION_GRAD, h0), std::make_pair(16, 19));
+  EXPECT_EQ(region(s, R::CHECKPOINT, h0)->bytes(), 2 * 16 * 64 * 4);
+  EXPECT_EQ(region(s, R::CHECKPOINT, loss)->bytes(), 256);
+  for (int a = 0; a < p.activations_size(); ++a)
+    if (p.activations(a).kind() == plan::Activation::DATA_TOKENS || p.activations(a).kind() == plan::Activation::DATA_TARGETS) {
+      EXPECT_EQ(life(R::DATA, a), std::make_pair(0, 21));
+    }
+  // cuBLASLt's 32 MiB and two fp32 score matrices [B=2, H=4, 16, 16] (the
+  // import pipeline fuses the eager attention into an Attention op).
+  EXPECT_EQ(region(s, R::WORKSPACE, 0)->bytes(), (32 << 20) + 2 * 2 * 4 * 16 * 16 * 4);
+  int64_t arena = 0;
+  for (const plan::Template &t : p.templates()) arena = std::max({arena, t.forward().arena_bytes(), t.backward().arena_bytes()});
+  EXPECT_EQ(region(s, R::ARENA, 0)->bytes(), arena);
+  EXPECT_EQ(region(s, R::CONSTANTS, 0)->bytes(), plan::constantsLayout(p).bytes);
+  EXPECT_GT(plan::constantsLayout(p).bytes, 0);
+
+  // Brute force: regions live at once never share bytes; all lie inside device_bytes.
+  int64_t end = 0, sum = 0;
+  for (const R &a : s.regions()) {
+    EXPECT_EQ(a.offset() % 256, 0);
+    end = std::max(end, a.offset() + a.bytes());
+    sum += a.bytes();
+    for (const R &b : s.regions()) {
+      if (&a == &b) continue;
+      bool together = a.first_action() <= b.last_action() && b.first_action() <= a.last_action();
+      bool shared = a.offset() < b.offset() + b.bytes() && b.offset() < a.offset() + a.bytes();
+      EXPECT_FALSE(together && shared) << plan::regionKindName(a.kind()) << " " << a.index() << " and "
+                                       << plan::regionKindName(b.kind()) << " " << b.index();
+    }
+  }
+  EXPECT_EQ(s.device_bytes(), end);
+  EXPECT_LE(s.device_bytes(), sum);
+}
+
+TEST(StreamSchedule, AttentionWorkspaceIsTwoScoreMatrices) {
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 16;
+  auto p = codegen::compileForTraining(fixtureDir("llama_op23") + "/model.onnx", io, {}, {});
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  int attention = 0;
+  for (const plan::Template &t : p->templates())
+    for (const plan::Program::Op &op : t.backward().ops()) attention += op.type() == "megac.AttentionGrad";
+  if (attention == 0) GTEST_SKIP() << "llama_op23 has no Attention op";
+  // [B=2, H=4, 16, 16] fp32, twice, plus 32 MiB.
+  EXPECT_EQ(plan::workspaceBudgetBytes(*p), 2 * 2 * 4 * 16 * 16 * 4 + (32 << 20));
+}
+
+TEST(StreamLayout, UnitWeightLayoutPacksAligned) {
+  plan::Plan p;
+  plan::Unit *u = p.add_units();
+  for (int64_t n : {10, 64, 1, 100}) { // 40, 256, 4, 400 bytes
+    plan::Parameter *q = p.add_parameters();
+    q->set_numel(n);
+    u->add_parameters(p.parameters_size() - 1);
+  }
+  u->add_parameters(1); // a parameter bound twice is laid out twice
+  plan::WeightLayout l = plan::unitWeightLayout(p, 0);
+  EXPECT_EQ(l.offsets, (std::vector<int64_t>{0, 256, 512, 768, 1280}));
+  EXPECT_EQ(l.bytes, 1536);
+}
+
+TEST(StreamLayout, EventNamesRoundTrip) {
+  char kind;
+  int slot;
+  bool ready;
+  EXPECT_EQ(plan::slotEventName('s', 12, false), "s12.free");
+  ASSERT_TRUE(plan::parseSlotEventName("g3.ready", kind, slot, ready));
+  EXPECT_EQ(kind, 'g');
+  EXPECT_EQ(slot, 3);
+  EXPECT_TRUE(ready);
+  EXPECT_FALSE(plan::parseSlotEventName("x1.ready", kind, slot, ready));
+  EXPECT_FALSE(plan::parseSlotEventName("w.free", kind, slot, ready));
+  EXPECT_FALSE(plan::parseSlotEventName("w1.done", kind, slot, ready));
+}

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# On the GPU machine, from the repo root, with .gpu/ from tools/gpu-build.sh:
+# the GPU tests (ctest label gpu runs the same binary), then compute-sanitizer
+# memcheck and racecheck on a short fixture run where the machine allows it.
+# Usage: tools/gpu-check.sh [gtest filter]
+set -uo pipefail
+cd "$(dirname "$0")/.."
+CUDNN=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$CUDNN:${LD_LIBRARY_PATH:-}
+OUT=${OUT:-/tmp/megac-gpu}
+mkdir -p "$OUT"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+status=0
+.gpu/megac_gpu_tests --gtest_brief=1 ${1:+--gtest_filter=$1} 2>&1 | tee "$OUT/gpu_tests.txt" | tail -60 || status=1
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+if [ "${SANITIZE:-1}" = 1 ]; then
+  SAN=/usr/local/cuda/bin/compute-sanitizer
+  .gpu/megac compile test/data/llama/model.onnx --batch 2 --seq 16 --compute fp32 -o "$OUT/llama.plan" >/dev/null
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer --tool $tool (llama fixture, 2 steps)"
+    timeout 300 $SAN --tool $tool --error-exitcode 9 .gpu/megac run "$OUT/llama.plan" --device cuda --steps 2 \
+      --input test/data/llama/ref/input_ids.pb --targets test/data/llama/ref/targets.pb 2>&1 | tail -8
+    echo "exit: ${PIPESTATUS[0]}"
+  done
+fi
+exit $status
