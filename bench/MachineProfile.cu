@@ -1,16 +1,21 @@
 // megac_profile: measures what megac's cost model needs on this machine and
 // prints it as a machine profile (key = value lines) plus a table:
 // host<->device bandwidth (pinned, each way and both at once), pageable
-// H2D, GEMM throughput per compute type (cuBLASLt), host memory bandwidth,
+// H2D, device memory bandwidth, GEMM throughput per compute type (cuBLASLt,
+// random operands), host memory bandwidth,
 // CPU AdamW throughput (megac's own kernel), and GPU memory.
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cuda/CudnnAttention.h"
+#include "runtime/cuda/GpuKernel.h"
 #include "runtime/train/AdamW.h"
 
 #include <cublasLt.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -74,6 +79,25 @@ static double bothWays(void *dDst, const void *hSrc, void *hDst, const void *dSr
   return 2.0 * double(bytes) * reps / t / 1e9;
 }
 
+// Operands of random values: all-zero matrices let the tensor cores run
+// cooler and faster than any real product does.
+__global__ void fillRandom(uint8_t *p, size_t bytes, size_t elemBytes) {
+  for (size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x; i < bytes / elemBytes;
+       i += size_t(gridDim.x) * blockDim.x) {
+    uint32_t h = uint32_t(i) * 2654435761u;
+    h ^= h >> 15;
+    float v = float(h & 0xFFFF) / 32768.0f - 1.0f;
+    if (elemBytes == 2) reinterpret_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16(v);
+    else reinterpret_cast<float *>(p)[i] = v;
+  }
+}
+
+// Device memory bandwidth (GB/s, read + write) of a device-to-device copy,
+// what megac's elementwise kernels are bound by.
+static double hbmBandwidth(void *dst, const void *src, size_t bytes, cudaStream_t s) {
+  return 2.0 * copyBandwidth(dst, src, bytes, cudaMemcpyDeviceToDevice, s, 5);
+}
+
 struct GemmCase {
   const char *name;
   cudaDataType_t type;
@@ -81,20 +105,23 @@ struct GemmCase {
   size_t elemBytes;
 };
 
-static double gemmTflops(cublasLtHandle_t lt, const GemmCase &c, int n, void *ws, size_t wsBytes) {
+// C [m, n] = A [m, k] B [k, n], column-major; C in fp32 where the operands are bf16 (as megac runs them).
+static double gemmTflops(cublasLtHandle_t lt, const GemmCase &c, int64_t m, int64_t n, int64_t k, void *ws,
+                         size_t wsBytes) {
   void *A, *B, *C;
-  size_t bytes = size_t(n) * n * c.elemBytes;
-  CHECK_CUDA(cudaMalloc(&A, bytes));
-  CHECK_CUDA(cudaMalloc(&B, bytes));
-  CHECK_CUDA(cudaMalloc(&C, bytes));
-  CHECK_CUDA(cudaMemset(A, 0, bytes));
-  CHECK_CUDA(cudaMemset(B, 0, bytes));
+  const size_t bytesA = size_t(m * k) * c.elemBytes, bytesB = size_t(k * n) * c.elemBytes, bytesC = size_t(m * n) * 4;
+  CHECK_CUDA(cudaMalloc(&A, bytesA));
+  CHECK_CUDA(cudaMalloc(&B, bytesB));
+  CHECK_CUDA(cudaMalloc(&C, bytesC));
+  fillRandom<<<4096, 256>>>(static_cast<uint8_t *>(A), bytesA, c.elemBytes);
+  fillRandom<<<4096, 256>>>(static_cast<uint8_t *>(B), bytesB, c.elemBytes);
+  CHECK_CUDA(cudaGetLastError());
   cublasLtMatmulDesc_t desc;
   CHECK_LT(cublasLtMatmulDescCreate(&desc, c.compute, CUDA_R_32F));
   cublasLtMatrixLayout_t la, lb, lc;
-  CHECK_LT(cublasLtMatrixLayoutCreate(&la, c.type, n, n, n));
-  CHECK_LT(cublasLtMatrixLayoutCreate(&lb, c.type, n, n, n));
-  CHECK_LT(cublasLtMatrixLayoutCreate(&lc, c.type, n, n, n));
+  CHECK_LT(cublasLtMatrixLayoutCreate(&la, c.type, m, k, m));
+  CHECK_LT(cublasLtMatrixLayoutCreate(&lb, c.type, k, n, k));
+  CHECK_LT(cublasLtMatrixLayoutCreate(&lc, CUDA_R_32F, m, n, m));
   cublasLtMatmulPreference_t pref;
   CHECK_LT(cublasLtMatmulPreferenceCreate(&pref));
   CHECK_LT(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &wsBytes,
@@ -125,7 +152,76 @@ static double gemmTflops(cublasLtHandle_t lt, const GemmCase &c, int n, void *ws
   cudaFree(A);
   cudaFree(B);
   cudaFree(C);
-  return 2.0 * double(n) * n * n / t / 1e12;
+  return 2.0 * double(m) * double(n) * double(k) / t / 1e12;
+}
+
+// The median rate over the products of a transformer layer at 16384 tokens
+// (hidden 4096, MLP 14336: projections, their input gradients and weight
+// gradients), the shapes megac's plans run, not one square product.
+static double layerGemmTflops(cublasLtHandle_t lt, const GemmCase &c, void *ws, size_t wsBytes) {
+  const int64_t T = 16384, H = 4096, F = 14336;
+  const int64_t shapes[][3] = {{T, H, H}, {T, F, H}, {T, H, F}, {H, H, T}, {F, H, T}};
+  std::vector<double> r;
+  for (const auto &s : shapes) r.push_back(gemmTflops(lt, c, s[0], s[1], s[2], ws, wsBytes));
+  std::sort(r.begin(), r.end());
+  return r[r.size() / 2];
+}
+
+// megac's bf16 attention (cuDNN's fused SDPA with its fp32<->bf16
+// conversions), forward then backward (which recomputes the forward), in the
+// cost model's flops: causal, B 8, 32 q heads, 8 kv heads, seq 4096, head 128.
+static double attentionTflops(cudaStream_t s) {
+  using namespace megac::cuda;
+  GpuContext ctx;
+  ctx.stream = s;
+  ctx.mode = ComputeMode::BF16;
+  std::string why;
+  if (!cudnnAttentionBuiltIn() || !createDnnHandle(ctx, &why) || !ctx.dnn) {
+    std::fprintf(stderr, "megac_profile: no cuDNN attention (%s)\n", why.c_str());
+    return 0;
+  }
+  SdpaShape sh;
+  sh.batch = 4, sh.qHeads = 32, sh.kvHeads = 8, sh.seq = 4096, sh.headDim = sh.vHeadDim = 128;
+  sh.causal = true, sh.scale = 1.0f / std::sqrt(128.0f);
+  const size_t wsBytes = std::max(cudnnSdpaWorkspace(ctx, sh, false), cudnnSdpaWorkspace(ctx, sh, true));
+  if (wsBytes == 0) {
+    std::fprintf(stderr, "megac_profile: cuDNN has no attention engine: %s\n",
+                 cudnnAttentionStats().lastFallback.c_str());
+    return 0;
+  }
+  const size_t qBytes = size_t(sh.batch * sh.qHeads * sh.seq * sh.headDim) * 4;
+  const size_t kvBytes = size_t(sh.batch * sh.kvHeads * sh.seq * sh.headDim) * 4;
+  void *q, *k, *v, *y, *dy, *dq, *dk, *dv, *ws;
+  for (auto [p, b] : {std::pair{&q, qBytes}, {&y, qBytes}, {&dy, qBytes}, {&dq, qBytes}, {&k, kvBytes}, {&v, kvBytes},
+                      {&dk, kvBytes}, {&dv, kvBytes}, {&ws, wsBytes}}) {
+    CHECK_CUDA(cudaMalloc(p, b));
+    fillRandom<<<4096, 256>>>(static_cast<uint8_t *>(*p), b, 4);
+  }
+  auto pass = [&] {
+    auto f = cudnnSdpaForward(ctx, sh, (float *)q, (float *)k, (float *)v, (float *)y, ws, wsBytes);
+    auto b = cudnnSdpaBackward(ctx, sh, (float *)dy, (float *)q, (float *)k, (float *)v, (float *)dq, (float *)dk,
+                               (float *)dv, ws, wsBytes);
+    bool ok = f && *f && b && *b;
+    if (!f) llvm::consumeError(f.takeError());
+    if (!b) llvm::consumeError(b.takeError());
+    return ok;
+  };
+  if (!pass()) {
+    std::fprintf(stderr, "megac_profile: the cuDNN attention did not run\n");
+    return 0;
+  }
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  const int reps = 5;
+  double t0 = seconds();
+  for (int i = 0; i < reps; ++i) pass();
+  CHECK_CUDA(cudaStreamSynchronize(s));
+  double t = (seconds() - t0) / reps;
+  for (void *p : {q, k, v, y, dy, dq, dk, dv, ws}) cudaFree(p);
+  destroyDnnHandle(ctx);
+  // CostModel.cpp's count: per (batch, q head, query, key) 2(D + Dv) forward and
+  // 2(3D + 2Dv) backward flops, halved by the causal mask.
+  const double rows = double(sh.batch * sh.qHeads) * double(sh.seq) * double(sh.seq) * 0.5;
+  return rows * (2.0 * 256 + 2.0 * 640) / t / 1e12;
 }
 
 static double hostMemcpyBandwidth(size_t bytes) {
@@ -188,6 +284,7 @@ int main(int argc, char **argv) {
   double h2d = copyBandwidth(d1, h1, bytes, cudaMemcpyHostToDevice, s, 5);
   double d2h = copyBandwidth(h2, d2, bytes, cudaMemcpyDeviceToHost, s, 5);
   double both = bothWays(d1, h1, h2, d2, bytes, 5);
+  double hbm = hbmBandwidth(d2, d1, bytes, s);
   std::vector<char> pageable(bytes / 4, 1);
   double pageableH2d = copyBandwidth(d1, pageable.data(), pageable.size(), cudaMemcpyHostToDevice, s, 3);
 
@@ -196,10 +293,11 @@ int main(int argc, char **argv) {
   size_t wsBytes = size_t(64) << 20;
   void *ws;
   CHECK_CUDA(cudaMalloc(&ws, wsBytes));
-  const int n = 8192;
-  double bf16 = gemmTflops(lt, {"bf16", CUDA_R_16BF, CUBLAS_COMPUTE_32F, 2}, n, ws, wsBytes);
-  double tf32 = gemmTflops(lt, {"tf32", CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 4}, n, ws, wsBytes);
-  double fp32 = gemmTflops(lt, {"fp32", CUDA_R_32F, CUBLAS_COMPUTE_32F, 4}, n, ws, wsBytes);
+  double bf16 = layerGemmTflops(lt, {"bf16", CUDA_R_16BF, CUBLAS_COMPUTE_32F, 2}, ws, wsBytes);
+  double tf32 = layerGemmTflops(lt, {"tf32", CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 4}, ws, wsBytes);
+  const int n = 8192; // fp32 (no tensor cores) is slow: one square product
+  double fp32 = gemmTflops(lt, {"fp32", CUDA_R_32F, CUBLAS_COMPUTE_32F, 4}, n, n, n, ws, wsBytes);
+  double attention = attentionTflops(s);
   double hostBw = hostMemcpyBandwidth(size_t(1) << 30);
   double adamw = adamwParamsPerSecond(int64_t(1) << 27);
 
@@ -218,6 +316,8 @@ int main(int argc, char **argv) {
   add("gemm_bf16_tflops", bf16);
   add("gemm_tf32_tflops", tf32);
   add("gemm_fp32_tflops", fp32);
+  add("gpu_hbm_gbps", hbm);
+  if (attention > 0) add("attention_bf16_tflops", attention);
   add("host_mem_gbps", hostBw);
   add("cpu_adamw_params_per_s", adamw);
   add("gpu_mem_gib", double(totalB) / double(1ull << 30));

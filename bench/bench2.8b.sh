@@ -12,7 +12,7 @@
 #   .bench/peer_pytorch.py    a copy of ../shared/tools/peer_pytorch.py
 # Results in $OUT: megac_steps.jsonl, baseline_gpu.json, baseline_fsdp_fused.json, bench2.8b.json,
 # and the table on stdout. The plan (~270 MB) stays in $WORK (default /tmp/megac-bench) so it
-# does not travel back. About 3-4 minutes of device time; every stage has its own time limit (570 s in all at most).
+# does not travel back. About 3-4 minutes of device time; every stage has its own time limit (670 s in all at most).
 #
 # MEGAC_RUN_FLAGS: extra flags for `megac run` (e.g. a synthetic-data or timing flag once it
 # exists); by default the data are random uint16 tokens written here, which megac reads as a
@@ -28,6 +28,9 @@ MEGAC_RUN_FLAGS=${MEGAC_RUN_FLAGS:-}
 STEPS=${STEPS:-6}
 MODEL=.bench/bench2.8b.onnx
 PEER=.bench/peer_pytorch.py
+# cuDNN 9 (megac's bf16 attention) comes with torch on the GPU machine.
+CUDNN_LIB=${CUDNN_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$CUDNN_LIB:${LD_LIBRARY_PATH:-}
 # NVLink multicast stays off on these shared hosts (the device notes); FSDP goes through NCCL.
 export NCCL_NVLS_ENABLE=${NCCL_NVLS_ENABLE:-0} TORCH_SYMM_MEM_DISABLE_MULTICAST=${TORCH_SYMM_MEM_DISABLE_MULTICAST:-1}
 mkdir -p "$OUT" "$WORK"
@@ -49,6 +52,15 @@ timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 -o "$WORK/b.pla
 compile_rc=${PIPESTATUS[0]}
 echo "compile: rc $compile_rc, $((SECONDS - t0)) s"
 
+stage "machine profile (megac_profile) and the cost model's prediction for this plan"
+if [ -x "$BUILD/megac_profile" ]; then
+  timeout 90 "$BUILD/megac_profile" "$OUT/machine.profile" >/dev/null 2>&1 && cat "$OUT/machine.profile"
+fi
+prof_flag=""
+[ -s "$OUT/machine.profile" ] && prof_flag="--profile $OUT/machine.profile"
+# shellcheck disable=SC2086
+[ "$compile_rc" = 0 ] && timeout 60 "$BUILD/megac" plan "$WORK/b.plan" $prof_flag 2>&1 | grep -i -A6 "predict"
+
 stage "megac run ($STEPS steps, --init, --device cuda)"
 run_rc=1
 if [ "$compile_rc" = 0 ]; then
@@ -63,6 +75,13 @@ if [ "$compile_rc" = 0 ]; then
     --log "$OUT/megac_steps.jsonl" $MEGAC_RUN_FLAGS 2>&1 | tail -n $((STEPS + 8))
   run_rc=${PIPESTATUS[0]}
   echo "run: rc $run_rc"
+fi
+
+if [ "$run_rc" = 0 ] && [ "${OP_PROFILE:-1}" = 1 ]; then
+  stage "megac GPU time by op (2 more steps with --op-profile; events around every op, so not the timed run)"
+  # shellcheck disable=SC2086
+  timeout 100 "$BUILD/megac" run "$WORK/b.plan" --device cuda --init --steps 2 --seed 0 $data_flags $MEGAC_RUN_FLAGS \
+    --op-profile 2>&1 | sed -n '/GPU time by op/,$p' | head -24
 fi
 
 for mode in gpu fsdp_fused; do

@@ -2,6 +2,8 @@
 
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuProgram.h"
+#include "runtime/cuda/OpTimer.h"
+#include "runtime/cpu/Kernel.h"
 #include "runtime/plan/StreamLayout.h"
 
 #include "llvm/Support/Format.h"
@@ -67,6 +69,9 @@ public:
   llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                          std::vector<float> *grads, float lr) override;
   const char *device() const override { return "cuda"; }
+  void report(llvm::raw_ostream &os) const override {
+    if (timer_) timer_->print(os, timedSteps_);
+  }
 
 private:
   // Runs the schedule for one micro-batch (forward only when !backward).
@@ -115,6 +120,8 @@ private:
   int64_t jobsQueued_ = 0, jobsDone_ = 0;
   double cpuBusy_ = 0;
   std::string optimizerError_;
+  std::unique_ptr<OpTimer> timer_; // --op-profile
+  int64_t timedSteps_ = 0;
 };
 
 CudaTrainer::~CudaTrainer() {
@@ -136,6 +143,7 @@ CudaTrainer::~CudaTrainer() {
   cudaFree(extraWorkspace_);
   cudaFree(lossDev_);
   if (gpu_.lt) cublasLtDestroy(gpu_.lt);
+  destroyDnnHandle(gpu_);
   if (gpu_.stream) cudaStreamDestroy(gpu_.stream);
   if (h2d_) cudaStreamDestroy(h2d_);
   if (d2h_) cudaStreamDestroy(d2h_);
@@ -215,6 +223,12 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   MEGAC_CUDA_TRY(cudaStreamCreateWithFlags(&h2d_, cudaStreamNonBlocking));
   MEGAC_CUDA_TRY(cudaStreamCreateWithFlags(&d2h_, cudaStreamNonBlocking));
   MEGAC_CUBLAS_TRY(cublasLtCreate(&gpu_.lt));
+  if (std::string why; gpu_.mode == ComputeMode::BF16 && !createDnnHandle(gpu_, &why))
+    llvm::errs() << "megac: warning: " << why << "; attention runs without cuDNN\n";
+  if (opts.opProfile) {
+    timer_ = std::make_unique<OpTimer>();
+    gpu_.timer = timer_.get();
+  }
 
   size_t freeB = 0, totalB = 0;
   MEGAC_CUDA_TRY(cudaMemGetInfo(&freeB, &totalB));
@@ -237,9 +251,9 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   int64_t constBytes = 0, arenaNeed = 0;
   size_t workNeed = 0;
   for (const plan::Template &tp : plan_.templates()) {
-    auto f = GpuProgram::prepare(tp.forward(), "template '" + tp.name() + "' forward");
+    auto f = GpuProgram::prepare(tp.forward(), "template '" + tp.name() + "' forward", gpu_.mode);
     if (!f) return f.takeError();
-    auto b = GpuProgram::prepare(tp.backward(), "template '" + tp.name() + "' backward");
+    auto b = GpuProgram::prepare(tp.backward(), "template '" + tp.name() + "' backward", gpu_.mode);
     if (!b) return b.takeError();
     for (GpuProgram *g : {&*f, &*b}) {
       constBytes += g->constantBytes();
@@ -335,7 +349,6 @@ void CudaTrainer::optimizerLoop() {
       job = std::move(jobs_.front());
       jobs_.pop_front();
     }
-    auto t0 = std::chrono::steady_clock::now();
     bool ok = true;
     for (cudaEvent_t ev : job.gpuWaits) {
       cudaError_t e = cudaEventSynchronize(ev);
@@ -345,6 +358,7 @@ void CudaTrainer::optimizerLoop() {
         ok = false;
       }
     }
+    auto t0 = std::chrono::steady_clock::now(); // busy from here: the wait for the gradients is idle time
     if (ok) runUpdate(job);
     double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     {
@@ -361,6 +375,12 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   const plan::Unit &unit = plan_.units(job.unit);
   const plan::WeightLayout &lay = layouts_[size_t(job.unit)];
   const uint8_t *base = staging_ + size_t(job.slot) * size_t(sched_->grad_slot_bytes());
+  // Parameters of this unit alone are updated together: one split over the
+  // threads for the whole unit. One core stays free for the thread that
+  // launches the GPU's work.
+  std::vector<runtime::AdamWSegment> segments;
+  runtime::AdamWHyper h = hyper_;
+  h.lr = job.lr;
   for (int k = 0; k < unit.parameters_size(); ++k) {
     int32_t pid = unit.parameters(k);
     const plan::Parameter &p = plan_.parameters(pid);
@@ -381,9 +401,13 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
       acc.clear();
       acc.shrink_to_fit();
     } else {
-      updateParam(pid, g, job.lr, 1.0f);
+      size_t off = size_t(p.host_offset());
+      segments.push_back({state_.params.data() + off, g, state_.m.data() + off, state_.v.data() + off, p.numel(),
+                          p.decay()});
     }
   }
+  if (!segments.empty())
+    runtime::adamwUpdateSegments(segments, state_.step, h, 1.0f, std::max(1, cpu::numThreads() - 1));
 }
 
 void CudaTrainer::waitCpuEvent(int32_t e) {
@@ -545,6 +569,8 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
   }
   for (cudaStream_t st : {h2d_, gpu_.stream, d2h_}) MEGAC_CUDA_TRY(cudaStreamSynchronize(st));
   if (auto e = drainOptimizer()) return e;
+  if (timer_)
+    if (auto e = timer_->collect()) return e;
   loss = double(*lossHost_);
   for (int i = 0; i < s.actions_size(); ++i) {
     if (!timed[size_t(i)]) continue;
@@ -579,6 +605,7 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
     lossSum += loss;
   }
   stats.loss = lossSum / double(microBatches.size());
+  ++timedSteps_;
   if (keepGrads) {
     float gradScale = 1.0f;
     if (o.clip() > 0) {

@@ -12,6 +12,7 @@ namespace megac::cuda {
 struct CudaOptions {
   int device = 0;
   bool verbose = true; // prints the device and the memory it takes
+  bool opProfile = false; // times every op (report() prints GPU time by op type)
 };
 
 // True where a CUDA device is usable; `why` says why not.

@@ -13,7 +13,13 @@
 
 #include <cublasLt.h>
 #include <cuda_runtime.h>
+#ifdef MEGAC_HAS_CUDNN
+#include <cudnn_graph.h>
+#else
+typedef struct cudnnContext *cudnnHandle_t; // as cudnn_graph.h declares it
+#endif
 
+#include <string>
 #include <vector>
 
 namespace megac::cuda {
@@ -36,6 +42,8 @@ struct DeviceTensor {
   template <class T> T *as() const { return static_cast<T *>(data); }
 };
 
+class OpTimer;
+
 // What every kernel may use; owned by the runtime, one per compute stream.
 struct GpuContext {
   cudaStream_t stream = nullptr;
@@ -43,7 +51,15 @@ struct GpuContext {
   void *gemmWorkspace = nullptr; // for cuBLASLt heuristics
   size_t gemmWorkspaceBytes = 0;
   ComputeMode mode = ComputeMode::BF16;
+  OpTimer *timer = nullptr; // --op-profile: GpuProgram times each op
+  cudnnHandle_t dnn = nullptr; // bf16 attention through cuDNN; null: never used
 };
+
+// Creates ctx.dnn where megac was built with cuDNN (else leaves it null);
+// false, with the reason in *why, if that failed (kernels then run without
+// it). destroyDnnHandle drops the execution plans cached for the handle too.
+bool createDnnHandle(GpuContext &ctx, std::string *why);
+void destroyDnnHandle(GpuContext &ctx);
 
 struct GpuKernelContext {
   const Attrs &attrs;

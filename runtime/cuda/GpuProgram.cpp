@@ -1,6 +1,7 @@
 #include "runtime/cuda/GpuProgram.h"
 
 #include "runtime/cuda/CudaCheck.h"
+#include "runtime/cuda/OpTimer.h"
 
 namespace megac::cuda {
 
@@ -10,9 +11,10 @@ static llvm::Error err(const llvm::Twine &m) {
 
 static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std::string &what) {
+llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std::string &what, ComputeMode mode) {
   GpuProgram g;
   g.what_ = what;
+  g.backward_ = llvm::StringRef(what).endswith("backward");
   const int n = p.values_size();
   if (p.arena_offsets_size() != n)
     return err(what + ": the plan has no device memory plan for this program (compiled by an older megac?): "
@@ -72,7 +74,8 @@ llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std
     g.results_.push_back(r);
   }
   // The scratch each op asks for, from shapes and constants alone.
-  GpuContext none;
+  GpuContext none; // no handles: kernels size their scratch from shapes and the mode
+  none.mode = mode;
   for (const Op &op : g.ops_) {
     if (!op.kernel->workspace) continue;
     std::vector<DeviceTensor> ins, outs;
@@ -144,7 +147,11 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
     for (int32_t out : op.outputs) kc.outputs.push_back(out >= 0 ? &env[size_t(out)] : nullptr);
     kc.workspace = workspace;
     kc.workspaceBytes = workspaceBytes_;
+    if (ctx.timer)
+      if (auto e = ctx.timer->begin(op.type + (backward_ ? " (backward)" : ""), ctx.stream)) return e;
     if (auto e = op.kernel->run(kc)) return err(what_ + ": op '" + op.name + "': " + llvm::toString(std::move(e)));
+    if (ctx.timer)
+      if (auto e = ctx.timer->end(ctx.stream)) return e;
   }
   for (size_t i = 0; i < results_.size(); ++i) {
     const DeviceTensor &v = env[size_t(results_[i])];

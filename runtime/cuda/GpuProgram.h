@@ -12,8 +12,9 @@ namespace megac::cuda {
 
 class GpuProgram {
 public:
-  // Constants are uploaded by bindConstants.
-  static llvm::Expected<GpuProgram> prepare(const plan::Program &p, const std::string &what);
+  // Constants are uploaded by bindConstants. `mode` is the plan's: it sizes
+  // the kernels' scratch (bf16 operand packing, for one).
+  static llvm::Expected<GpuProgram> prepare(const plan::Program &p, const std::string &what, ComputeMode mode);
 
   // Bytes this program's constants need in device memory (each 256-aligned).
   int64_t constantBytes() const;
@@ -46,6 +47,7 @@ private:
     Attrs attrs;
   };
   std::string what_;
+  bool backward_ = false; // a backward program (the op profile's label says so)
   std::vector<DeviceTensor> values_;   // data: arena offset (as a pointer-sized integer) until run
   std::vector<int64_t> offsets_;       // arena offset, -1 if not in the arena
   std::vector<Tensor> hostConstants_;  // host copies, indexed like values_

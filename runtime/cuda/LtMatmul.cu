@@ -6,6 +6,9 @@
 #include "runtime/cuda/LtMatmul.h"
 
 #include "runtime/cuda/CudaCheck.h"
+#include "runtime/plan/StreamLayout.h"
+
+#include <cuda_bf16.h>
 
 #include <algorithm>
 #include <functional>
@@ -57,9 +60,9 @@ llvm::Error prepareC(GpuContext &ctx, float *c, int64_t ldc, int64_t strideC, in
 }
 
 // The largest power of two (at most 256) dividing every matrix's address.
-uint32_t alignmentOf(const void *p, int64_t strideElems, int64_t batch) {
+uint32_t alignmentOf(const void *p, int64_t strideElems, int64_t batch, size_t elemBytes = sizeof(float)) {
   uint64_t v = uint64_t(reinterpret_cast<uintptr_t>(p)) | 256u;
-  if (batch > 1) v |= uint64_t(strideElems) * sizeof(float);
+  if (batch > 1) v |= uint64_t(strideElems) * elemBytes;
   return uint32_t(v & (~v + 1));
 }
 
@@ -70,10 +73,11 @@ struct PlanKey {
   int64_t m, n, k, batch, lda, ldb, ldc, strideA, strideB, strideC;
   uint32_t alignA, alignB, alignC, alignBias;
   size_t workspace;
+  bool bf16Operands; // A and B packed to bf16 (BF16 mode with scratch), else fp32
 
   auto tie() const {
     return std::tie(handle, mode, transA, transB, bias, m, n, k, batch, lda, ldb, ldc, strideA, strideB, strideC,
-                    alignA, alignB, alignC, alignBias, workspace);
+                    alignA, alignB, alignC, alignBias, workspace, bf16Operands);
   }
   bool operator==(const PlanKey &o) const { return tie() == o.tie(); }
 };
@@ -82,7 +86,8 @@ struct PlanKeyHash {
   size_t operator()(const PlanKey &k) const {
     size_t h = std::hash<const void *>()(k.handle);
     auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
-    mix(uint64_t(k.mode) | uint64_t(k.transA) << 8 | uint64_t(k.transB) << 9 | uint64_t(k.bias) << 10);
+    mix(uint64_t(k.mode) | uint64_t(k.transA) << 8 | uint64_t(k.transB) << 9 | uint64_t(k.bias) << 10 |
+        uint64_t(k.bf16Operands) << 11);
     for (int64_t v : {k.m, k.n, k.k, k.batch, k.lda, k.ldb, k.ldc, k.strideA, k.strideB, k.strideC}) mix(uint64_t(v));
     mix(uint64_t(k.alignA) | uint64_t(k.alignB) << 16 | uint64_t(k.alignC) << 32 | uint64_t(k.alignBias) << 48);
     mix(k.workspace);
@@ -97,6 +102,7 @@ struct Plan {
   cublasLtMatmulAlgo_t algo{};
   size_t workspace = 0;
   bool biasEpilogue = false; // a bias was asked for and the epilogue adds it
+  bool usable = true;        // false: cuBLASLt has no algorithm (bf16 operands then fall back to fp32 ones)
 
   Plan() = default;
   Plan(const Plan &) = delete;
@@ -111,8 +117,8 @@ struct Plan {
 
 // A column-major layout of `rows` x `cols` with leading dimension ld, batched.
 llvm::Error makeLayout(cublasLtMatrixLayout_t *layout, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                       int64_t stride) {
-  MEGAC_CUBLAS_TRY(cublasLtMatrixLayoutCreate(layout, CUDA_R_32F, uint64_t(rows), uint64_t(cols), ld));
+                       int64_t stride, cudaDataType_t type = CUDA_R_32F) {
+  MEGAC_CUBLAS_TRY(cublasLtMatrixLayoutCreate(layout, type, uint64_t(rows), uint64_t(cols), ld));
   if (batch > 1) {
     int32_t count = int32_t(batch);
     MEGAC_CUBLAS_TRY(
@@ -163,17 +169,20 @@ llvm::Expected<bool> chooseAlgo(const PlanKey &key, Plan &p) {
 }
 
 llvm::Error buildPlan(const PlanKey &key, ComputeMode mode, const float *biasPtr, Plan &p) {
-  MEGAC_CUBLAS_TRY(cublasLtMatmulDescCreate(&p.desc, ltComputeType(mode), CUDA_R_32F));
+  // bf16 operands: plain fp32 accumulation over bf16 inputs, fp32 C.
+  const cudaDataType_t in = key.bf16Operands ? CUDA_R_16BF : CUDA_R_32F;
+  MEGAC_CUBLAS_TRY(
+      cublasLtMatmulDescCreate(&p.desc, key.bf16Operands ? CUBLAS_COMPUTE_32F : ltComputeType(mode), CUDA_R_32F));
   cublasOperation_t opA = key.transB ? CUBLAS_OP_T : CUBLAS_OP_N; // cuBLASLt's A = our B
   cublasOperation_t opB = key.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
   MEGAC_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &opA, sizeof(opA)));
   MEGAC_CUBLAS_TRY(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &opB, sizeof(opB)));
   // Our row-major B (k x n, or n x k stored when transposed) read column-major.
   if (auto e = makeLayout(&p.layoutA, key.transB ? key.k : key.n, key.transB ? key.n : key.k, key.ldb, key.batch,
-                          key.strideB))
+                          key.strideB, in))
     return e;
   if (auto e = makeLayout(&p.layoutB, key.transA ? key.m : key.k, key.transA ? key.k : key.m, key.lda, key.batch,
-                          key.strideA))
+                          key.strideA, in))
     return e;
   if (auto e = makeLayout(&p.layoutC, key.n, key.m, key.ldc, key.batch, key.strideC)) return e;
   if (key.bias) {
@@ -189,6 +198,10 @@ llvm::Error buildPlan(const PlanKey &key, ComputeMode mode, const float *biasPtr
   }
   auto ok = chooseAlgo(key, p);
   if (!ok) return ok.takeError();
+  if (!*ok && key.bf16Operands) {
+    p.usable = false;
+    return llvm::Error::success();
+  }
   if (!*ok)
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "cuBLASLt has no algorithm for a " + std::to_string(key.m) + "x" +
@@ -216,9 +229,12 @@ llvm::Error checkShape(const LtGemm &g) {
   return llvm::Error::success();
 }
 
-// One call of at most kMaxBatchPerCall products.
-llvm::Error runChunk(GpuContext &ctx, const LtGemm &g) {
+// One call of at most kMaxBatchPerCall products. `a` and `b` are the
+// operands as g describes them (fp32, or packed bf16 when bf16Operands); false
+// when cuBLASLt has no algorithm for bf16 operands of this shape.
+llvm::Expected<bool> runChunk(GpuContext &ctx, const LtGemm &g, const void *a, const void *b, bool bf16Operands) {
   const bool batched = g.batch > 1;
+  const size_t opBytes = bf16Operands ? 2 : 4;
   PlanKey key{};
   key.handle = ctx.lt;
   key.mode = int(ctx.mode);
@@ -230,22 +246,24 @@ llvm::Error runChunk(GpuContext &ctx, const LtGemm &g) {
   key.strideA = batched ? g.strideA : 0;
   key.strideB = batched ? g.strideB : 0;
   key.strideC = batched ? g.strideC : 0;
-  key.alignA = alignmentOf(g.a, g.strideA, g.batch);
-  key.alignB = alignmentOf(g.b, g.strideB, g.batch);
+  key.alignA = alignmentOf(a, g.strideA, g.batch, opBytes);
+  key.alignB = alignmentOf(b, g.strideB, g.batch, opBytes);
   key.alignC = alignmentOf(g.c, g.strideC, g.batch);
   key.alignBias = g.bias ? alignmentOf(g.bias, 0, 1) : 0;
   key.workspace = ctx.gemmWorkspace ? ctx.gemmWorkspaceBytes : 0;
+  key.bf16Operands = bf16Operands;
 
   std::lock_guard<std::mutex> lock(cacheMutex);
   auto &cache = planCache();
   auto it = cache.find(key);
   if (it == cache.end()) {
     auto plan = std::make_unique<Plan>();
-    if (auto e = buildPlan(key, ctx.mode, g.bias, *plan)) return e;
+    if (auto e = buildPlan(key, ctx.mode, g.bias, *plan)) return std::move(e);
     if (cache.size() >= kMaxCachedPlans) cache.clear();
     it = cache.emplace(key, std::move(plan)).first;
   }
   Plan &p = *it->second;
+  if (!p.usable) return false;
   float beta = g.beta;
   if (g.bias) {
     if (p.biasEpilogue) {
@@ -253,15 +271,68 @@ llvm::Error runChunk(GpuContext &ctx, const LtGemm &g) {
       MEGAC_CUBLAS_TRY(
           cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &ptr, sizeof(ptr)));
     } else {
-      if (auto e = prepareC(ctx, g.c, g.ldc, key.strideC, g.m, g.n, g.batch, g.beta, g.bias)) return e;
+      if (auto e = prepareC(ctx, g.c, g.ldc, key.strideC, g.m, g.n, g.batch, g.beta, g.bias)) return std::move(e);
       beta = 1.0f;
     }
   }
-  MEGAC_CUBLAS_TRY(cublasLtMatmul(ctx.lt, p.desc, &g.alpha, g.b, p.layoutA, g.a, p.layoutB, &beta, g.c, p.layoutC, g.c,
+  MEGAC_CUBLAS_TRY(cublasLtMatmul(ctx.lt, p.desc, &g.alpha, b, p.layoutA, a, p.layoutB, &beta, g.c, p.layoutC, g.c,
                                   p.layoutC, &p.algo, p.workspace ? ctx.gemmWorkspace : nullptr, p.workspace,
                                   ctx.stream));
+  return true;
+}
+
+// A stored operand: `batch` matrices of rows x cols, row stride ld, batch
+// stride `stride` (0: one matrix for all).
+struct Stored {
+  int64_t rows, cols, ld, stride, batch;
+  int64_t packedElems() const { return (stride == 0 ? 1 : batch) * rows * cols; }
+};
+
+Stored storedA(const LtGemm &g) {
+  return {g.transA ? g.k : g.m, g.transA ? g.m : g.k, g.lda, g.strideA, g.batch};
+}
+Stored storedB(const LtGemm &g) {
+  return {g.transB ? g.n : g.k, g.transB ? g.k : g.n, g.ldb, g.strideB, g.batch};
+}
+
+int64_t align128(int64_t elems) { return (elems + 127) / 128 * 128; }
+
+// dst[i][r][c] = bf16(src[i * stride + r * ld + c]), packed.
+__global__ void packBf16Kernel(__nv_bfloat16 *dst, const float *src, int64_t rows, int64_t cols, int64_t ld,
+                               int64_t stride, int64_t total) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = e % cols, r = (e / cols) % rows, i = e / (rows * cols);
+    dst[e] = __float2bfloat16(src[i * stride + r * ld + c]);
+  }
+}
+
+// The same four elements at a time (cols, ld, stride multiples of 4, src 16-byte aligned).
+__global__ void packBf16x4Kernel(__nv_bfloat162 *dst, const float4 *src, int64_t rows, int64_t cols4, int64_t ld4,
+                                 int64_t stride4, int64_t total4) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total4; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = e % cols4, r = (e / cols4) % rows, i = e / (rows * cols4);
+    const float4 v = src[i * stride4 + r * ld4 + c];
+    dst[2 * e] = __floats2bfloat162_rn(v.x, v.y);
+    dst[2 * e + 1] = __floats2bfloat162_rn(v.z, v.w);
+  }
+}
+
+llvm::Error packBf16(GpuContext &ctx, __nv_bfloat16 *dst, const float *src, const Stored &m) {
+  const int64_t total = m.packedElems();
+  if (total == 0) return llvm::Error::success();
+  if (m.cols % 4 == 0 && m.ld % 4 == 0 && m.stride % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    packBf16x4Kernel<<<gridFor(total / 4), 256, 0, ctx.stream>>>(reinterpret_cast<__nv_bfloat162 *>(dst),
+                                                                 reinterpret_cast<const float4 *>(src), m.rows,
+                                                                 m.cols / 4, m.ld / 4, m.stride / 4, total / 4);
+  } else {
+    packBf16Kernel<<<gridFor(total), 256, 0, ctx.stream>>>(dst, src, m.rows, m.cols, m.ld, m.stride, total);
+  }
+  MEGAC_CUDA_LAUNCHED();
   return llvm::Error::success();
 }
+
+// Products too small to gain from packing (plan::kMinBf16PackFlops) run on fp32 operands.
+using plan::kMinBf16PackFlops;
 
 } // namespace
 
@@ -277,15 +348,47 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   if (auto e = checkShape(g)) return e;
   if (g.m == 0 || g.n == 0 || g.batch == 0) return llvm::Error::success();
   if (g.k == 0) return prepareC(ctx, g.c, g.ldc, g.strideC, g.m, g.n, g.batch, g.beta, g.bias);
+  // BF16 mode: both operands packed to bf16 in the caller's scratch, then a
+  // native bf16 product (cuBLASLt's fp32-operand FAST_16BF path runs at
+  // about half the tensor-core rate).
+  const void *a = g.a, *b = g.b;
+  LtGemm op = g;
+  bool bf16 = false;
+  const Stored sa = storedA(g), sb = storedB(g);
+  if (ctx.mode == ComputeMode::BF16 && g.scratch &&
+      size_t(align128(sa.packedElems()) + align128(sb.packedElems())) * 2 <= g.scratchBytes &&
+      2.0 * double(g.m) * double(g.n) * double(g.k) * double(g.batch) >= kMinBf16PackFlops) {
+    auto *pa = static_cast<__nv_bfloat16 *>(g.scratch);
+    auto *pb = pa + align128(sa.packedElems());
+    if (auto e = packBf16(ctx, pa, g.a, sa)) return e;
+    if (auto e = packBf16(ctx, pb, g.b, sb)) return e;
+    op.lda = sa.cols, op.strideA = sa.stride == 0 ? 0 : sa.rows * sa.cols;
+    op.ldb = sb.cols, op.strideB = sb.stride == 0 ? 0 : sb.rows * sb.cols;
+    a = pa, b = pb;
+    bf16 = true;
+  }
+  const size_t opBytes = bf16 ? 2 : 4;
   for (int64_t first = 0; first < g.batch; first += kMaxBatchPerCall) {
-    LtGemm chunk = g;
+    LtGemm chunk = op;
     chunk.batch = std::min(kMaxBatchPerCall, g.batch - first);
-    chunk.a = g.a + first * g.strideA;
-    chunk.b = g.b + first * g.strideB;
     chunk.c = g.c + first * g.strideC;
-    if (auto e = runChunk(ctx, chunk)) return e;
+    const void *ca = static_cast<const uint8_t *>(a) + size_t(first * op.strideA) * opBytes;
+    const void *cb = static_cast<const uint8_t *>(b) + size_t(first * op.strideB) * opBytes;
+    auto ran = runChunk(ctx, chunk, ca, cb, bf16);
+    if (!ran) return ran.takeError();
+    if (*ran) continue;
+    // No bf16 algorithm for this shape: the fp32 operands as given.
+    LtGemm plain = g;
+    plain.batch = chunk.batch;
+    plain.c = chunk.c;
+    auto again = runChunk(ctx, plain, g.a + first * g.strideA, g.b + first * g.strideB, false);
+    if (!again) return again.takeError();
   }
   return llvm::Error::success();
+}
+
+size_t ltBf16PackBytes(int64_t elemsA, int64_t elemsB) {
+  return size_t(align128(elemsA) + align128(elemsB)) * 2;
 }
 
 } // namespace megac::cuda

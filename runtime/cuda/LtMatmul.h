@@ -41,7 +41,17 @@ struct LtGemm {
   // Optional [n] vector added to every row of every C_i (a cuBLASLt epilogue
   // where one applies, else a small kernel before the product).
   const float *bias = nullptr;
+  // BF16 mode: device scratch where A and B are packed to bf16 for a native
+  // bf16 product; ltMatmulScratchBytes says how much. Without it (or when too
+  // small) cuBLASLt converts fp32 operands itself (FAST_16BF), at about half
+  // the rate.
+  void *scratch = nullptr;
+  size_t scratchBytes = 0;
 };
+
+// Scratch that lets ltMatmul pack operands of at most elemsA and elemsB
+// elements (as stored, strides included) to bf16.
+size_t ltBf16PackBytes(int64_t elemsA, int64_t elemsB);
 
 llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &g);
 

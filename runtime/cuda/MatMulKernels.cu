@@ -82,8 +82,10 @@ llvm::Expected<MatMulShape> matMulShape(const Shape &a, const Shape &b, const Sh
 // one strided batch, or, where B repeats over it and A's matrices are
 // consecutive, folded into M (one taller product) with the next run as the
 // strided batch. Any runs left are looped over.
-llvm::Error runMatMul(GpuContext &gpu, const MatMulShape &s, const float *a, const float *b, float *y) {
+llvm::Error runMatMul(GpuContext &gpu, const MatMulShape &s, const float *a, const float *b, float *y, void *scratch,
+                      size_t scratchBytes) {
   LtGemm g;
+  g.scratch = scratch, g.scratchBytes = scratchBytes;
   g.m = s.M, g.n = s.N, g.k = s.K;
   g.lda = s.K, g.ldb = s.N, g.ldc = s.N;
   size_t loopRuns = s.runs.size();
@@ -133,7 +135,16 @@ llvm::Error matMulKernel(GpuKernelContext &ctx) {
   auto s = matMulShape(a->shape, b->shape, y->shape);
   if (!s) return s.takeError();
   if (y->numel() == 0) return llvm::Error::success();
-  return runMatMul(ctx.gpu, *s, a->as<const float>(), b->as<const float>(), y->as<float>());
+  return runMatMul(ctx.gpu, *s, a->as<const float>(), b->as<const float>(), y->as<float>(), ctx.workspace,
+                   ctx.workspaceBytes);
+}
+
+// Room to pack both operands to bf16: a call of ltMatmul reads at most all
+// of A and all of B (ltMatmul checks, and runs on fp32 operands otherwise).
+size_t matMulWorkspace(const GpuKernelContext &ctx) {
+  const DeviceTensor *a = ctx.input(0), *b = ctx.input(1);
+  if (!a || !b || ctx.gpu.mode != ComputeMode::BF16) return 0;
+  return ltBf16PackBytes(a->numel(), b->numel());
 }
 
 // --- Gemm: Y = alpha * op(A) * op(B) + beta * C ---
@@ -181,6 +192,7 @@ llvm::Error gemmKernel(GpuKernelContext &ctx) {
   g.b = b->as<const float>(), g.ldb = transB ? K : N, g.transB = transB;
   g.c = y->as<float>(), g.ldc = N;
   g.alpha = alpha;
+  g.scratch = ctx.workspace, g.scratchBytes = ctx.workspaceBytes;
   const bool useC = c && beta != 0.0f;
   if (useC && beta == 1.0f && cRows == 1 && cCols == N) {
     g.bias = c->as<const float>(); // a row vector: the epilogue adds it
@@ -198,8 +210,8 @@ llvm::Error gemmKernel(GpuKernelContext &ctx) {
 } // namespace
 
 void registerMatMulGpuKernels() {
-  registerGpuKernel("MatMul", matMulKernel);
-  registerGpuKernel("Gemm", gemmKernel);
+  registerGpuKernel("MatMul", matMulKernel, matMulWorkspace);
+  registerGpuKernel("Gemm", gemmKernel, matMulWorkspace);
 }
 
 } // namespace megac::cuda

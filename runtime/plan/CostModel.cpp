@@ -107,7 +107,7 @@ static bool viewSharesBytes(const Program &p, const Program::Op &op) {
   return in && in->kind() == Program::Value::TEMP;
 }
 
-llvm::Expected<ProgramWork> programWork(const Program &p) {
+llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
   ProgramWork w;
   for (const Program::Op &op : p.ops()) {
     for (int32_t id : op.inputs())
@@ -126,11 +126,14 @@ llvm::Expected<ProgramWork> programWork(const Program &p) {
         if (!attrs) return attrs.takeError();
         if (attrs->getInt("transA", 0) != 0) k = a->type().shape(0);
       }
-      w.gemmFlops += 2.0 * double(numel(y->type())) * double(k);
+      const double flops = 2.0 * double(numel(y->type())) * double(k);
+      w.gemmFlops += flops;
+      const Program::Value *b = op.inputs_size() > 1 ? valueAt(p, op.inputs(1)) : nullptr;
+      if (bf16Operands && b && flops >= kMinBf16PackFlops) w.memoryBytes += 6.0 * double(numel(a->type()) + numel(b->type()));
     } else if (type == "Attention" || type == "megac.AttentionGrad") {
       auto f = attentionFlops(p, op);
       if (!f) return f.takeError();
-      w.gemmFlops += *f;
+      w.attentionFlops += *f;
     } else if (!viewSharesBytes(p, op)) {
       w.memoryBytes += memoryBytes(p, op);
     }
@@ -147,11 +150,12 @@ llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &
   r.bothBytesPerS = m.pcieBothGBps * 1e9;
   r.hbmBytesPerS = m.gpuHbmGBps * 1e9;
   r.adamwParamsPerS = m.cpuAdamwParamsPerS;
-  if (computeMode == "bf16") r.gemmFlopsPerS = m.gemmBf16Tflops * 1e12;
+  if (computeMode == "bf16") r.gemmFlopsPerS = m.gemmBf16Tflops * 1e12, r.attentionFlopsPerS = m.attentionBf16Tflops * 1e12;
   else if (computeMode == "tf32") r.gemmFlopsPerS = m.gemmTf32Tflops * 1e12;
   else if (computeMode == "fp32" || computeMode.empty()) r.gemmFlopsPerS = m.gemmFp32Tflops * 1e12;
   else return err("the plan's compute mode '" + computeMode + "' is not one of bf16, tf32, fp32");
-  for (double x : {r.h2dBytesPerS, r.d2hBytesPerS, r.bothBytesPerS, r.hbmBytesPerS, r.adamwParamsPerS, r.gemmFlopsPerS})
+  if (r.attentionFlopsPerS == 0) r.attentionFlopsPerS = r.gemmFlopsPerS;
+  for (double x : {r.attentionFlopsPerS, r.h2dBytesPerS, r.d2hBytesPerS, r.bothBytesPerS, r.hbmBytesPerS, r.adamwParamsPerS, r.gemmFlopsPerS})
     if (!(x > 0) || !std::isfinite(x)) return err("the machine profile has a rate that is not positive");
   return r;
 }
@@ -243,13 +247,15 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
       auto it = programs.find({tid, backward});
       if (it == programs.end()) {
         const Template &tpl = p_.templates(tid);
-        auto pw = programWork(backward ? tpl.backward() : tpl.forward());
+        auto pw = programWork(backward ? tpl.backward() : tpl.forward(), p_.compute() == "bf16");
         if (!pw) return err("template '" + tpl.name() + "': " + llvm::toString(pw.takeError()));
         it = programs.emplace(std::make_pair(tid, backward), *pw).first;
       }
       t.gemmFlops = it->second.gemmFlops;
+      t.attentionFlops = it->second.attentionFlops;
       t.memoryBytes = it->second.memoryBytes;
-      w.amount = t.gemmFlops / r_.gemmFlopsPerS + t.memoryBytes / r_.hbmBytesPerS;
+      w.amount = t.gemmFlops / r_.gemmFlopsPerS + t.attentionFlops / r_.attentionFlopsPerS +
+                 t.memoryBytes / r_.hbmBytesPerS;
       break;
     }
     case StreamAction::UPDATE:

@@ -28,10 +28,13 @@ namespace megac::plan {
 
 // The work of one program.
 struct ProgramWork {
-  double gemmFlops = 0;   // MatMul, Gemm, Attention and megac.AttentionGrad
-  double memoryBytes = 0; // bytes read + written by every other op (view ops: none)
+  double gemmFlops = 0;      // MatMul and Gemm
+  double attentionFlops = 0; // Attention and megac.AttentionGrad
+  double memoryBytes = 0;    // bytes read + written by every other op (view ops: none)
 };
-llvm::Expected<ProgramWork> programWork(const Program &p);
+// `bf16Operands`: bf16 plans, where the runtime packs each large product's
+// fp32 operands to bf16 first (6 bytes moved per operand element).
+llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands = false);
 
 enum Lane : int { kLaneH2D = 0, kLaneCompute = 1, kLaneD2H = 2, kLaneCPU = 3 };
 constexpr int kNumLanes = 4;
@@ -41,7 +44,8 @@ const char *laneName(int lane); // "H2D", "compute", "D2H", "CPU"
 // The rates the model uses, in bytes/s, flop/s and parameters/s.
 struct CostRates {
   double h2dBytesPerS = 0, d2hBytesPerS = 0, bothBytesPerS = 0;
-  double gemmFlopsPerS = 0; // of the plan's compute mode
+  double gemmFlopsPerS = 0;      // of the plan's compute mode
+  double attentionFlopsPerS = 0; // bf16: the profile's attention rate; else the GEMM rate
   double hbmBytesPerS = 0;
   double adamwParamsPerS = 0;
 };
@@ -54,7 +58,7 @@ struct ActionTiming {
   // What the action does: PREFETCH/OFFLOAD bytes; FORWARD/BACKWARD flops and
   // memory-bound bytes; UPDATE parameters.
   int64_t transferBytes = 0;
-  double gemmFlops = 0, memoryBytes = 0;
+  double gemmFlops = 0, attentionFlops = 0, memoryBytes = 0;
   int64_t parameters = 0;
   double alone = 0; // its duration on an otherwise idle machine
 };

@@ -25,6 +25,7 @@ static std::map<std::string, double MachineProfile::*> profileKeys() {
       {"gpu_mem_gib", &MachineProfile::gpuMemGiB},
       {"gpu_mem_free_gib", &MachineProfile::gpuMemFreeGiB},
       {"gpu_hbm_gbps", &MachineProfile::gpuHbmGBps},
+      {"attention_bf16_tflops", &MachineProfile::attentionBf16Tflops},
   };
 }
 
@@ -59,7 +60,7 @@ llvm::Expected<MachineProfile> parseMachineProfile(llvm::StringRef text, llvm::S
     mp.*(it->second) = v;
   }
   for (const auto &kv : keys)
-    if (!seenAt.count(kv.first) && kv.first != "gpu_hbm_gbps") return err(source + ": the profile does not give " + kv.first);
+    if (!seenAt.count(kv.first) && kv.first != "gpu_hbm_gbps" && kv.first != "attention_bf16_tflops") return err(source + ": the profile does not give " + kv.first);
   return mp;
 }
 

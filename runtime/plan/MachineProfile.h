@@ -12,21 +12,25 @@ namespace megac::plan {
 
 struct MachineProfile {
   std::string description = "NVIDIA H200, 16 CPU threads (built in: bench/h200.profile)";
-  double pcieH2dGBps = 55.41;         // pcie_h2d_gbps: pinned host -> device
-  double pcieD2hGBps = 55.28;         // pcie_d2h_gbps: device -> pinned host
-  double pcieBothGBps = 99.66;        // pcie_both_gbps: both directions at once, summed
-  double pciePageableH2dGBps = 7.017; // pcie_pageable_h2d_gbps
-  double gemmBf16Tflops = 891.7;      // gemm_bf16_tflops: cuBLASLt, fp32 accumulation
-  double gemmTf32Tflops = 450.3;      // gemm_tf32_tflops
-  double gemmFp32Tflops = 51.08;      // gemm_fp32_tflops
-  double hostMemGBps = 72.69;         // host_mem_gbps: host memcpy
-  double cpuAdamwParamsPerS = 4.127e9; // cpu_adamw_params_per_s
+  double pcieH2dGBps = 55.42;         // pcie_h2d_gbps: pinned host -> device
+  double pcieD2hGBps = 55.35;         // pcie_d2h_gbps: device -> pinned host
+  double pcieBothGBps = 101.8;        // pcie_both_gbps: both directions at once, summed
+  double pciePageableH2dGBps = 8.622; // pcie_pageable_h2d_gbps
+  double gemmBf16Tflops = 715.9;      // gemm_bf16_tflops: cuBLASLt, fp32 accumulation
+  double gemmTf32Tflops = 365.1;      // gemm_tf32_tflops
+  double gemmFp32Tflops = 51.05;      // gemm_fp32_tflops
+  double hostMemGBps = 76.22;         // host_mem_gbps: host memcpy
+  double cpuAdamwParamsPerS = 4.05e9; // cpu_adamw_params_per_s
   double gpuMemGiB = 139.8;           // gpu_mem_gib: the device's total memory
   double gpuMemFreeGiB = 139.3;       // gpu_mem_free_gib: free when measured: what a plan may use
-  // gpu_hbm_gbps (optional; not measured yet): device memory bandwidth the
-  // cost model gives memory-bound ops; the default is the H200's ~4.8 TB/s
-  // peak derated to what streaming kernels reach.
-  double gpuHbmGBps = 4000;
+  // gpu_hbm_gbps (optional): device memory bandwidth (a device-to-device
+  // copy, read + write) the cost model gives memory-bound ops.
+  double gpuHbmGBps = 4238;
+  // attention_bf16_tflops (optional): what megac's bf16 attention (cuDNN's
+  // fused SDPA, with its fp32<->bf16 conversions) achieves forward plus
+  // backward, in the cost model's attention flops (CostModel.cpp): 204 on the
+  // H200, where the GEMM rate would have been 3.5x too fast.
+  double attentionBf16Tflops = 204.2;
 
   // The GPU memory a plan may use by default (--gpu-mem): the free memory.
   int64_t usableGpuBytes() const { return gibToBytes(gpuMemFreeGiB); }
@@ -34,7 +38,7 @@ struct MachineProfile {
 };
 
 // Parses the text of a profile. Every key above must be present exactly
-// once (gpu_hbm_gbps may be left out); an unknown key, a value that is not a positive number or a line
+// once (gpu_hbm_gbps and attention_bf16_tflops may be left out); an unknown key, a value that is not a positive number or a line
 // without `=` is an error naming `source` and the line.
 llvm::Expected<MachineProfile> parseMachineProfile(llvm::StringRef text, llvm::StringRef source);
 llvm::Expected<MachineProfile> readMachineProfile(const std::string &path);

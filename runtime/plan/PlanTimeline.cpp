@@ -220,6 +220,7 @@ void Timeline::lanes() {
           << t(a.start) << " to " << t(a.end) << " (" << t(a.end - a.start) << "; alone " << t(a.alone) << ")";
       if (a.transferBytes) os_ << "\n" << withCommas(a.transferBytes) << " bytes";
       if (a.gemmFlops > 0) os_ << "\n" << fmt("%.4g", a.gemmFlops) << " GEMM flops";
+      if (a.attentionFlops > 0) os_ << "\n" << fmt("%.4g", a.attentionFlops) << " attention flops";
       if (a.memoryBytes > 0) os_ << "\n" << fmt("%.4g", a.memoryBytes) << " bytes through memory-bound ops";
       if (a.parameters) os_ << "\n" << withCommas(a.parameters) << " parameters updated";
       os_ << "</title></rect>\n";

@@ -85,10 +85,26 @@ int64_t attentionScoreBytes(const Program &p) {
   return most;
 }
 
+int64_t gemmPackBytes(const Program &p) {
+  int64_t most = 0;
+  auto elems = [&](int32_t id) -> int64_t {
+    if (id < 0 || id >= p.values_size()) return 0;
+    int64_t n = 1;
+    for (int64_t d : p.values(id).type().shape()) n *= d;
+    return (n + 127) / 128 * 128;
+  };
+  for (const Program::Op &op : p.ops())
+    if ((op.type() == "MatMul" || op.type() == "Gemm") && op.inputs_size() >= 2)
+      most = std::max(most, 2 * (elems(op.inputs(0)) + elems(op.inputs(1))));
+  return most;
+}
+
 int64_t workspaceBudgetBytes(const Plan &p) {
   int64_t most = 0;
-  for (const Template &t : p.templates())
+  for (const Template &t : p.templates()) {
     most = std::max({most, attentionScoreBytes(t.forward()), attentionScoreBytes(t.backward())});
+    if (p.compute() == "bf16") most = std::max({most, gemmPackBytes(t.forward()), gemmPackBytes(t.backward())});
+  }
   return alignUp(most) + kGemmWorkspaceBytes;
 }
 

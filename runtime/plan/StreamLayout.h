@@ -36,11 +36,16 @@ ConstantsLayout constantsLayout(const Plan &p);
 
 // The kernels' scratch (the WORKSPACE region): for now a budget, not a
 // measurement. Twice the fp32 score matrix [B, H, Sq, Skv] of the largest
-// Attention / megac.AttentionGrad op of any program, plus 32 MiB for
-// cuBLASLt. The runtime checks that its kernels' workspace functions stay
-// within it.
+// Attention / megac.AttentionGrad op of any program or, in bf16 plans, the
+// bf16 copies of the largest MatMul/Gemm's two operands if more, plus 32 MiB
+// for cuBLASLt. The runtime checks that its kernels' workspace functions
+// stay within it.
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 int64_t attentionScoreBytes(const Program &p); // the largest of one program, x2; 0 without attention
+// Products of at least this many flops have their operands packed to bf16
+// in bf16 plans (runtime/cuda/LtMatmul.cu); smaller ones take fp32 operands.
+inline constexpr double kMinBf16PackFlops = double(1 << 26);
+int64_t gemmPackBytes(const Program &p);       // bf16 copies of the largest MatMul/Gemm's operands
 int64_t workspaceBudgetBytes(const Plan &p);
 
 // Event names of a schedule: "w<k>.ready", "w<k>.free" (weight slots),

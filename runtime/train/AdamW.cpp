@@ -2,7 +2,9 @@
 
 #include "runtime/cpu/Kernel.h"
 
+#include <algorithm>
 #include <cmath>
+#include <thread>
 
 namespace megac::runtime {
 
@@ -34,6 +36,29 @@ void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, in
   cpu::parallelFor(n, 16, [&](int64_t b, int64_t e) {
     adamwUpdate(param + b, grad + b, m + b, v + b, e - b, step, h, decay, gradScale);
   });
+}
+
+void adamwUpdateSegments(const std::vector<AdamWSegment> &segments, int64_t step, const AdamWHyper &h,
+                         float gradScale, int threads) {
+  int64_t total = 0;
+  for (const AdamWSegment &s : segments) total += s.n;
+  // Chunks of whole cache lines, at least 64 Ki elements each.
+  int64_t chunk = std::max<int64_t>((total + threads - 1) / std::max(threads, 1), 1 << 16);
+  chunk = (chunk + 15) / 16 * 16;
+  auto range = [&](int64_t b, int64_t e) {
+    int64_t at = 0;
+    for (const AdamWSegment &s : segments) {
+      int64_t lo = std::max(b, at), hi = std::min(e, at + s.n);
+      if (lo < hi)
+        adamwUpdate(s.param + (lo - at), s.grad + (lo - at), s.m + (lo - at), s.v + (lo - at), hi - lo, step, h,
+                    s.decay, gradScale);
+      at += s.n;
+    }
+  };
+  std::vector<std::thread> workers;
+  for (int64_t b = chunk; b < total; b += chunk) workers.emplace_back(range, b, std::min(total, b + chunk));
+  range(0, std::min(total, chunk));
+  for (std::thread &w : workers) w.join();
 }
 
 } // namespace megac::runtime

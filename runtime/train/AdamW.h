@@ -3,6 +3,7 @@
 // decay, bias correction). Vectorized by the compiler; split across threads
 // by the caller or by adamwUpdateParallel.
 #include <cstdint>
+#include <vector>
 
 namespace megac::runtime {
 
@@ -22,5 +23,19 @@ void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n,
 // The same, split over the kernel threads.
 void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
                          const AdamWHyper &h, bool decay, float gradScale = 1.0f);
+
+// A stretch of one parameter for adamwUpdateSegments.
+struct AdamWSegment {
+  float *param;
+  const float *grad;
+  float *m, *v;
+  int64_t n;
+  bool decay;
+};
+
+// Updates all segments (e.g. one unit's parameters) with one even split of
+// their total length over `threads` threads.
+void adamwUpdateSegments(const std::vector<AdamWSegment> &segments, int64_t step, const AdamWHyper &h,
+                         float gradScale, int threads);
 
 } // namespace megac::runtime

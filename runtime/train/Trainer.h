@@ -9,6 +9,8 @@
 #include "runtime/ProgramRunner.h"
 #include "runtime/train/AdamW.h"
 
+#include "llvm/Support/raw_ostream.h"
+
 #include <memory>
 
 namespace megac::runtime {
@@ -46,6 +48,8 @@ public:
   // (host layout) when given, else each parameter is updated at once.
   virtual llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                  std::vector<float> *grads, float lr);
+  // What the backend measured over the run beyond the step log (the CUDA op profile); nothing by default.
+  virtual void report(llvm::raw_ostream &) const {}
 
 protected:
   explicit Trainer(const plan::Plan &p) : plan_(p) {}

@@ -2,6 +2,7 @@
 
 #include "runtime/core/Hash.h"
 #include "runtime/core/TensorFile.h"
+#include "runtime/cpu/Kernel.h"
 
 #include "onnx.pb.h"
 
@@ -10,6 +11,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -28,14 +30,24 @@ uint64_t hashParameters(const plan::Plan &plan, const HostState &state) {
   return h;
 }
 
+// Normal draws come in blocks of 2^20 elements, each from its own generator
+// seeded by (seed, parameter, block): the values do not depend on the number
+// of threads, and a multi-billion-parameter model initializes in seconds.
 static void initialize(const plan::Parameter &p, int32_t index, float *dst, uint64_t seed) {
   switch (p.init()) {
   case plan::Parameter::ONES: std::fill(dst, dst + p.numel(), 1.0f); return;
   case plan::Parameter::ZEROS: std::fill(dst, dst + p.numel(), 0.0f); return;
   default: {
-    std::mt19937_64 rng(seed * 0x9E3779B97F4A7C15ull + uint64_t(index) + 1);
-    std::normal_distribution<float> normal(0.0f, p.init_std() > 0 ? p.init_std() : 0.02f);
-    for (int64_t i = 0; i < p.numel(); ++i) dst[i] = normal(rng);
+    constexpr int64_t kBlock = 1 << 20;
+    const float stddev = p.init_std() > 0 ? p.init_std() : 0.02f;
+    const int64_t blocks = (p.numel() + kBlock - 1) / kBlock;
+    cpu::parallelFor(blocks, kBlock, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        std::mt19937_64 rng((seed * 0x9E3779B97F4A7C15ull + uint64_t(index) + 1) ^ (uint64_t(b) * 0xD1B54A32D192ED03ull));
+        std::normal_distribution<float> normal(0.0f, stddev);
+        for (int64_t i = b * kBlock, e = std::min(p.numel(), (b + 1) * kBlock); i < e; ++i) dst[i] = normal(rng);
+      }
+    });
   }
   }
 }

@@ -15,10 +15,6 @@ using cuda::ComputeMode;
 
 namespace {
 
-GpuTestContext &gpu() {
-  static GpuTestContext c;
-  return c;
-}
 
 enum class MaskKind { None, Bool, Float };
 

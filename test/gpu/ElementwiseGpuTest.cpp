@@ -11,7 +11,6 @@
 namespace megac::gputest {
 namespace {
 
-GpuTestContext &gpu() { return rowOpsGpu(); }
 
 Shape broadcastOf(const std::vector<Shape> &shapes) {
   size_t rank = 0;

@@ -29,28 +29,28 @@ Tensor indicesFor(Shape shape, int64_t n, unsigned seed, DType dt = DType::I64) 
 
 TEST(EmbeddingGpu, GatherEmbeddingRows) {
   Tensor table = randomTensor({1000, 64}, 1);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(table, indicesFor({3, 5}, 1000, 2), 0), rowOpsGpu(), 0.0);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(table, indicesFor({3, 5}, 1000, 3, DType::I32), 0), rowOpsGpu(), 0.0);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(table, indicesFor({7}, 1000, 4), 0, /*constantIndices=*/true), rowOpsGpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(table, indicesFor({3, 5}, 1000, 2), 0), gpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(table, indicesFor({3, 5}, 1000, 3, DType::I32), 0), gpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(table, indicesFor({7}, 1000, 4), 0, /*constantIndices=*/true), gpu(), 0.0);
 }
 
 TEST(EmbeddingGpu, GatherModelSized) {
   Tensor table = randomTensor({50000, 256}, 5);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(table, randomTensor({8, 128}, 6, DType::I64, 0, 50000), 0), rowOpsGpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(table, randomTensor({8, 128}, 6, DType::I64, 0, 50000), 0), gpu(), 0.0);
 }
 
 TEST(EmbeddingGpu, GatherOtherAxes) {
   Tensor data = randomTensor({3, 50, 7}, 7);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({4}, 50, 8), 1), rowOpsGpu(), 0.0);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({2, 2}, 7, 9), -1), rowOpsGpu(), 0.0);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({5}, 3, 10), -3), rowOpsGpu(), 0.0);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({2, 3}, 50, 11, DType::I32), -2), rowOpsGpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({4}, 50, 8), 1), gpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({2, 2}, 7, 9), -1), gpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({5}, 3, 10), -3), gpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({2, 3}, 50, 11, DType::I32), -2), gpu(), 0.0);
 }
 
 TEST(EmbeddingGpu, GatherScalarIndex) {
   Tensor data = randomTensor({4, 6}, 12);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(data, int64s({}, {-1}), 0), rowOpsGpu(), 0.0);
-  EXPECT_GPU_MATCHES_CPU(gatherCase(data, int64s({}, {2}), 1), rowOpsGpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(data, int64s({}, {-1}), 0), gpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherCase(data, int64s({}, {2}), 1), gpu(), 0.0);
 }
 
 // Rows of 1, 2, 3, 8 and 12 bytes: every copy unit.
@@ -58,17 +58,17 @@ TEST(EmbeddingGpu, GatherAnyDtype) {
   for (DType dt : {DType::I64, DType::I32, DType::U8, DType::Bool, DType::F16}) {
     SCOPED_TRACE(dtypeName(dt));
     Tensor data = randomTensor({9, 3}, 13, dt, 0, 2);
-    EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({4}, 9, 14), 0), rowOpsGpu(), 0.0);
-    EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({4}, 3, 15), 1), rowOpsGpu(), 0.0);
+    EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({4}, 9, 14), 0), gpu(), 0.0);
+    EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({4}, 3, 15), 1), gpu(), 0.0);
   }
   EXPECT_GPU_MATCHES_CPU(gatherCase(randomTensor({9, 1}, 16, DType::I64, -9, 9), indicesFor({5}, 9, 17), 0),
-                         rowOpsGpu(), 0.0);
+                         gpu(), 0.0);
 }
 
 TEST(EmbeddingGpu, GatherRowSizes) {
   for (int64_t n : {1, 3, 1000, 50000}) {
     Tensor data = randomTensor({5, n}, unsigned(18 + n));
-    EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({6}, 5, 19), 0), rowOpsGpu(), 0.0);
+    EXPECT_GPU_MATCHES_CPU(gatherCase(data, indicesFor({6}, 5, 19), 0), gpu(), 0.0);
   }
 }
 
@@ -77,7 +77,7 @@ TEST(EmbeddingGpu, GatherRowSizes) {
 TEST(EmbeddingGpu, GatherOutOfRangeGivesZeros) {
   Tensor data = randomTensor({4, 5}, 20);
   OpCase c = gatherCase(data, int64s({3}, {1, 4, -5}), 0);
-  auto r = runGpuOnly(c, rowOpsGpu());
+  auto r = runGpuOnly(c, gpu());
   ASSERT_TRUE(r.error.empty()) << r.error;
   const float *y = r.outputs[0].data<float>(), *x = data.data<float>();
   for (int64_t j = 0; j < 5; ++j) {
@@ -100,11 +100,11 @@ OpCase gatherElementsCase(Tensor data, Tensor indices, int64_t axis) {
 
 TEST(EmbeddingGpu, GatherElements) {
   Tensor data = randomTensor({4, 5, 6}, 30);
-  EXPECT_GPU_MATCHES_CPU(gatherElementsCase(data, indicesFor({4, 5, 6}, 4, 31), 0), rowOpsGpu(), 0.0);
-  EXPECT_GPU_MATCHES_CPU(gatherElementsCase(data, indicesFor({3, 7, 2}, 5, 32), 1), rowOpsGpu(), 0.0);
-  EXPECT_GPU_MATCHES_CPU(gatherElementsCase(data, indicesFor({4, 5, 9}, 6, 33, DType::I32), -1), rowOpsGpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherElementsCase(data, indicesFor({4, 5, 6}, 4, 31), 0), gpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherElementsCase(data, indicesFor({3, 7, 2}, 5, 32), 1), gpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherElementsCase(data, indicesFor({4, 5, 9}, 6, 33, DType::I32), -1), gpu(), 0.0);
   Tensor ints = randomTensor({1000, 3}, 34, DType::I64, -100, 100);
-  EXPECT_GPU_MATCHES_CPU(gatherElementsCase(ints, indicesFor({1000, 3}, 1000, 35), 0), rowOpsGpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(gatherElementsCase(ints, indicesFor({1000, 3}, 1000, 35), 0), gpu(), 0.0);
 }
 
 // --- GatherGrad ---
@@ -120,31 +120,31 @@ OpCase gatherGradCase(const Shape &table, Tensor indices, int64_t axis, unsigned
 
 TEST(EmbeddingGpu, GatherGradRepeatedIndices) {
   EXPECT_GPU_MATCHES_CPU(gatherGradCase({100, 64}, int64s({2, 5}, {3, 7, 3, -1, 0, 3, 99, 7, 50, 3}), 0, 40),
-                         rowOpsGpu(), 1e-6);
+                         gpu(), 1e-6);
   EXPECT_GPU_MATCHES_CPU(gatherGradCase({100, 64}, int32s({2, 5}, {3, 7, 3, -1, 0, 3, 99, 7, 50, 3}), 0, 41),
-                         rowOpsGpu(), 1e-6);
+                         gpu(), 1e-6);
 }
 
 TEST(EmbeddingGpu, GatherGradOtherAxes) {
-  EXPECT_GPU_MATCHES_CPU(gatherGradCase({3, 20, 4}, indicesFor({6}, 20, 42), 1, 43), rowOpsGpu(), 1e-6);
-  EXPECT_GPU_MATCHES_CPU(gatherGradCase({3, 20, 4}, indicesFor({2, 3}, 4, 44), -1, 45), rowOpsGpu(), 1e-6);
-  EXPECT_GPU_MATCHES_CPU(gatherGradCase({5, 6}, int64s({}, {-2}), 0, 46), rowOpsGpu(), 1e-6);
+  EXPECT_GPU_MATCHES_CPU(gatherGradCase({3, 20, 4}, indicesFor({6}, 20, 42), 1, 43), gpu(), 1e-6);
+  EXPECT_GPU_MATCHES_CPU(gatherGradCase({3, 20, 4}, indicesFor({2, 3}, 4, 44), -1, 45), gpu(), 1e-6);
+  EXPECT_GPU_MATCHES_CPU(gatherGradCase({5, 6}, int64s({}, {-2}), 0, 46), gpu(), 1e-6);
 }
 
 TEST(EmbeddingGpu, GatherGradModelSized) {
   // Token ids of a batch: many repeats of a few hundred ids.
   EXPECT_GPU_MATCHES_CPU(gatherGradCase({50000, 256}, randomTensor({8, 512}, 47, DType::I64, 0, 300), 0, 48),
-                         rowOpsGpu(), 1e-5);
+                         gpu(), 1e-5);
 }
 
 TEST(EmbeddingGpu, UnsupportedIndexTypeIsAnError) {
   Tensor data = randomTensor({4, 5}, 50);
-  EXPECT_GPU_ERROR(gatherCase(data, convertTo(int64s({2}, {1, 2}), DType::I16), 0), rowOpsGpu(),
+  EXPECT_GPU_ERROR(gatherCase(data, convertTo(int64s({2}, {1, 2}), DType::I16), 0), gpu(),
                    "are not supported on the GPU");
   OpCase g = gatherGradCase({4, 5}, int64s({2}, {1, 2}), 0, 51);
   g.inputs[0] = convertTo(g.inputs[0], DType::F64);
   g.outputs[0].first = DType::F64;
-  EXPECT_GPU_ERROR(g, rowOpsGpu(), "unsupported element type");
+  EXPECT_GPU_ERROR(g, gpu(), "unsupported element type");
 }
 
 } // namespace

@@ -1,5 +1,6 @@
 #include "GpuOpCheck.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 namespace megac::gputest {
@@ -7,13 +8,21 @@ namespace megac::gputest {
 GpuTestContext::GpuTestContext() {
   cudaStreamCreate(&ctx_.stream);
   cublasLtCreate(&ctx_.lt);
+  std::string why;
+  if (!cuda::createDnnHandle(ctx_, &why)) std::fprintf(stderr, "GPU tests: no cuDNN handle: %s\n", why.c_str());
   ctx_.gemmWorkspaceBytes = 32 << 20;
   cudaMalloc(&ctx_.gemmWorkspace, ctx_.gemmWorkspaceBytes);
+}
+
+GpuTestContext &gpu() {
+  static GpuTestContext c;
+  return c;
 }
 
 GpuTestContext::~GpuTestContext() {
   cudaFree(ctx_.gemmWorkspace);
   cublasLtDestroy(ctx_.lt);
+  cuda::destroyDnnHandle(ctx_);
   cudaStreamDestroy(ctx_.stream);
 }
 

@@ -37,7 +37,8 @@ struct OpResult {
   std::string error;      // non-empty if either side failed
 };
 
-// Owns a cuBLASLt handle, a stream and a GEMM workspace for the tests.
+// Owns a cuBLASLt handle, a cuDNN handle (where megac has cuDNN), a stream
+// and a GEMM workspace for the tests.
 class GpuTestContext {
 public:
   GpuTestContext();
@@ -47,6 +48,10 @@ public:
 private:
   cuda::GpuContext ctx_;
 };
+
+// The test binary's context (created on first use, after main has checked
+// that a GPU exists).
+GpuTestContext &gpu();
 
 OpResult runOnBoth(const OpCase &c, GpuTestContext &gpu);
 

@@ -46,8 +46,8 @@ void expectBoth(const Shape &targetShape, int64_t v, unsigned seed, std::optiona
   SCOPED_TRACE("targets " + shapeToString(targetShape) + " V=" + std::to_string(v));
   Tensor logits = randomTensor(logitsShape(targetShape, v), seed, DType::F32, -4, 4);
   Tensor targets = convertTo(targetsFor(targetShape, v, seed + 1, ignore.value_or(-100), ignoreEvery), targetType);
-  EXPECT_GPU_MATCHES_CPU(lossCase(logits, targets, ignore), rowOpsGpu(), lossTol);
-  EXPECT_GPU_MATCHES_CPU(lossGradCase(0.7f, logits, targets, ignore), rowOpsGpu(), 1e-6);
+  EXPECT_GPU_MATCHES_CPU(lossCase(logits, targets, ignore), gpu(), lossTol);
+  EXPECT_GPU_MATCHES_CPU(lossGradCase(0.7f, logits, targets, ignore), gpu(), 1e-6);
 }
 
 TEST(LossGpu, VocabularySizes) {
@@ -72,8 +72,8 @@ TEST(LossGpu, Int32Targets) { expectBoth({4, 7}, 1000, 7, -100, 5, DType::I32); 
 TEST(LossGpu, OneDimensionalLogits) {
   Tensor logits = randomTensor({10}, 8);
   Tensor target = int64s({}, {3});
-  EXPECT_GPU_MATCHES_CPU(lossCase(logits, target, std::nullopt), rowOpsGpu(), 1e-6);
-  EXPECT_GPU_MATCHES_CPU(lossGradCase(1.f, logits, target, std::nullopt), rowOpsGpu(), 1e-6);
+  EXPECT_GPU_MATCHES_CPU(lossCase(logits, target, std::nullopt), gpu(), 1e-6);
+  EXPECT_GPU_MATCHES_CPU(lossGradCase(1.f, logits, target, std::nullopt), gpu(), 1e-6);
 }
 
 TEST(LossGpu, ManyRows) { expectBoth({16, 1024}, 4096, 9, std::nullopt, 7); }
@@ -83,11 +83,11 @@ TEST(LossGpu, Deterministic) {
   Tensor logits = randomTensor({256, 50000}, 10, DType::F32, -4, 4);
   Tensor targets = targetsFor({256}, 50000, 11, -100, 5);
   OpCase c = lossCase(logits, targets, std::nullopt);
-  auto a = runGpuOnly(c, rowOpsGpu()), b = runGpuOnly(c, rowOpsGpu());
+  auto a = runGpuOnly(c, gpu()), b = runGpuOnly(c, gpu());
   ASSERT_TRUE(a.error.empty() && b.error.empty()) << a.error << b.error;
   EXPECT_TRUE(a.outputs[0].identical(b.outputs[0]));
   OpCase g = lossGradCase(1.f, logits, targets, std::nullopt);
-  auto ga = runGpuOnly(g, rowOpsGpu()), gb = runGpuOnly(g, rowOpsGpu());
+  auto ga = runGpuOnly(g, gpu()), gb = runGpuOnly(g, gpu());
   ASSERT_TRUE(ga.error.empty() && gb.error.empty()) << ga.error << gb.error;
   EXPECT_TRUE(ga.outputs[0].identical(gb.outputs[0]));
 }
@@ -97,10 +97,10 @@ TEST(LossGpu, Deterministic) {
 TEST(LossGpu, OutOfRangeTargetGivesNaN) {
   Tensor logits = randomTensor({3, 10}, 12);
   Tensor targets = int64s({3}, {2, 10, -100});
-  auto r = runGpuOnly(lossCase(logits, targets, std::nullopt), rowOpsGpu());
+  auto r = runGpuOnly(lossCase(logits, targets, std::nullopt), gpu());
   ASSERT_TRUE(r.error.empty()) << r.error;
   EXPECT_TRUE(std::isnan(r.outputs[0].data<float>()[0]));
-  auto g = runGpuOnly(lossGradCase(1.f, logits, targets, std::nullopt), rowOpsGpu());
+  auto g = runGpuOnly(lossGradCase(1.f, logits, targets, std::nullopt), gpu());
   ASSERT_TRUE(g.error.empty()) << g.error;
   const float *d = g.outputs[0].data<float>();
   for (int64_t i = 0; i < 10; ++i) {
@@ -115,7 +115,7 @@ TEST(LossGpu, UnsupportedTypeIsAnError) {
   Tensor targets = int64s({3}, {1, 2, 3});
   OpCase c = lossCase(logits, targets, std::nullopt);
   c.outputs[0].first = DType::F64;
-  EXPECT_GPU_ERROR(c, rowOpsGpu(), "unsupported element type");
+  EXPECT_GPU_ERROR(c, gpu(), "unsupported element type");
 }
 
 } // namespace

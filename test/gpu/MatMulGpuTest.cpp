@@ -14,10 +14,6 @@ using cuda::ComputeMode;
 
 namespace {
 
-GpuTestContext &gpu() {
-  static GpuTestContext c;
-  return c;
-}
 
 // Tolerance of |gpu - cpu| / (1 + |cpu|) for each arithmetic. A is uniform in
 // [-1, 1] and B in [-1, 1] / sqrt(K) (see rhsRange), so results and their
@@ -131,9 +127,13 @@ TEST(MatMulGpu, EachComputeMode) {
   }
 }
 
+// Products of 2^26 flops and more: in BF16 mode ltMatmul packs both
+// operands to bf16 in the kernel's scratch (strided batches, broadcast B).
 TEST(MatMulGpu, Large) {
   for (ComputeMode m : kModes) expectMatMul({512, 1024}, {1024, 768}, m, 7);
   expectMatMul({8, 128, 256}, {8, 256, 128}, ComputeMode::BF16, 9);
+  expectMatMul({3, 200, 384}, {384, 300}, ComputeMode::BF16, 11);
+  expectMatMul({2, 3, 130, 256}, {1, 3, 256, 258}, ComputeMode::BF16, 13);
 }
 
 TEST(MatMulGpu, UnsupportedTypeIsAnError) {
@@ -193,6 +193,18 @@ TEST(GemmGpu, Transposes) {
       expectGemm(s); // a bias row (epilogue)
       s.c = {s.M, s.N}, s.setAlphaBeta = true, s.alpha = 0.5f, s.beta = 2.0f;
       expectGemm(s);
+    }
+}
+
+TEST(GemmGpu, LargeBf16Transposes) {
+  for (bool tA : {false, true})
+    for (bool tB : {false, true}) {
+      GemmSpec s;
+      s.M = 256, s.N = 384, s.K = 520, s.mode = ComputeMode::BF16;
+      s.transA = tA, s.transB = tB;
+      expectGemm(s, 5);
+      s.hasC = true, s.c = {s.N};
+      expectGemm(s, 6);
     }
 }
 

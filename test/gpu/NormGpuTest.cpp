@@ -72,23 +72,23 @@ double gradTol(const Shape &x) { return numElements(x) > 1000000 ? 2e-4 : 2e-5; 
 TEST(NormGpu, LayerNormRowLengths) {
   for (int64_t n : {1, 3, 32, 512, 513, 1000, 4097, 8193, 16384, 16385, 50000}) {
     SCOPED_TRACE(n);
-    EXPECT_GPU_MATCHES_CPU(layerNormCase({3, n}, {}, unsigned(n)), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(layerNormCase({3, n}, {}, unsigned(n)), gpu(), 1e-5);
   }
 }
 
 TEST(NormGpu, LayerNormOptions) {
   NormOptions noBias;
   noBias.bias = false;
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({5, 64}, noBias, 1), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({5, 64}, noBias, 1), gpu(), 1e-5);
   NormOptions noStats;
   noStats.stats = false;
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({5, 64}, noStats, 2), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({5, 64}, noStats, 2), gpu(), 1e-5);
   NormOptions f64Stats;
   f64Stats.stashType = 11;
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({5, 64}, f64Stats, 3), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({5, 64}, f64Stats, 3), gpu(), 1e-5);
   NormOptions eps;
   eps.epsilon = 0.25f;
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({5, 64}, eps, 4), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({5, 64}, eps, 4), gpu(), 1e-5);
 }
 
 TEST(NormGpu, LayerNormAxes) {
@@ -96,7 +96,7 @@ TEST(NormGpu, LayerNormAxes) {
     NormOptions o;
     o.axis = axis;
     SCOPED_TRACE(axis);
-    EXPECT_GPU_MATCHES_CPU(layerNormCase({2, 3, 40}, o, unsigned(10 + axis + 3)), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(layerNormCase({2, 3, 40}, o, unsigned(10 + axis + 3)), gpu(), 1e-5);
   }
 }
 
@@ -104,34 +104,34 @@ TEST(NormGpu, LayerNormAxes) {
 TEST(NormGpu, LayerNormBroadcastParams) {
   NormOptions o;
   o.axis = 1;
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({2, 3, 40}, o, 20, {40}, {1}), rowOpsGpu(), 1e-5);
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({2, 3, 40}, o, 21, {2, 1, 40}, {2, 3, 40}), rowOpsGpu(), 1e-5);
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({2, 3, 40}, o, 22, {1, 3, 40}, {3, 1}), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({2, 3, 40}, o, 20, {40}, {1}), gpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({2, 3, 40}, o, 21, {2, 1, 40}, {2, 3, 40}), gpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({2, 3, 40}, o, 22, {1, 3, 40}, {3, 1}), gpu(), 1e-5);
   NormOptions last;
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({6, 700}, last, 23, {6, 700}), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({6, 700}, last, 23, {6, 700}), gpu(), 1e-5);
 }
 
 TEST(NormGpu, LayerNormManyRows) {
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({4096, 2560}, {}, 30), rowOpsGpu(), 1e-5);
-  EXPECT_GPU_MATCHES_CPU(layerNormCase({20000, 96}, {}, 31), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({4096, 2560}, {}, 30), gpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(layerNormCase({20000, 96}, {}, 31), gpu(), 1e-5);
 }
 
 TEST(NormGpu, RMSNorm) {
   for (int64_t n : {1, 3, 1000, 16385, 50000}) {
     SCOPED_TRACE(n);
-    EXPECT_GPU_MATCHES_CPU(rmsNormCase({3, n}, {}, unsigned(40 + n)), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(rmsNormCase({3, n}, {}, unsigned(40 + n)), gpu(), 1e-5);
   }
   for (int64_t axis : {0, 1, -1}) {
     NormOptions o;
     o.axis = axis;
-    EXPECT_GPU_MATCHES_CPU(rmsNormCase({2, 3, 40}, o, 41), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(rmsNormCase({2, 3, 40}, o, 41), gpu(), 1e-5);
   }
   NormOptions o;
   o.axis = 1;
   o.epsilon = 0.5f;
-  EXPECT_GPU_MATCHES_CPU(rmsNormCase({2, 3, 40}, o, 42, {40}), rowOpsGpu(), 1e-5);
-  EXPECT_GPU_MATCHES_CPU(rmsNormCase({2, 3, 40}, o, 43, {2, 1, 1}), rowOpsGpu(), 1e-5);
-  EXPECT_GPU_MATCHES_CPU(rmsNormCase({4096, 3072}, {}, 44), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(rmsNormCase({2, 3, 40}, o, 42, {40}), gpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(rmsNormCase({2, 3, 40}, o, 43, {2, 1, 1}), gpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(rmsNormCase({4096, 3072}, {}, 44), gpu(), 1e-5);
 }
 
 TEST(NormGpu, Grads) {
@@ -139,11 +139,11 @@ TEST(NormGpu, Grads) {
     SCOPED_TRACE(op);
     for (int64_t n : {1, 3, 257, 1000, 4097, 16384, 16385, 50000}) {
       SCOPED_TRACE(n);
-      EXPECT_GPU_MATCHES_CPU(normGradCase(op, {3, n}, -1, unsigned(n)), rowOpsGpu(), 2e-5);
+      EXPECT_GPU_MATCHES_CPU(normGradCase(op, {3, n}, -1, unsigned(n)), gpu(), 2e-5);
     }
-    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, 1, 50), rowOpsGpu(), 2e-5);
-    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, 0, 51), rowOpsGpu(), 2e-5);
-    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, -1, 52, {}, 0.1f), rowOpsGpu(), 2e-5);
+    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, 1, 50), gpu(), 2e-5);
+    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, 0, 51), gpu(), 2e-5);
+    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, -1, 52, {}, 0.1f), gpu(), 2e-5);
   }
 }
 
@@ -151,10 +151,10 @@ TEST(NormGpu, Grads) {
 TEST(NormGpu, GradsBroadcastScale) {
   for (const char *op : {"megac.LayerNormalizationGrad", "megac.RMSNormalizationGrad"}) {
     SCOPED_TRACE(op);
-    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, 1, 60, {40}), rowOpsGpu(), 2e-5);
-    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, 1, 61, {2, 1, 40}), rowOpsGpu(), 2e-5);
-    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, -1, 62, {1}), rowOpsGpu(), 2e-5);
-    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, -1, 63, {1, 1, 40}), rowOpsGpu(), 2e-5);
+    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, 1, 60, {40}), gpu(), 2e-5);
+    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, 1, 61, {2, 1, 40}), gpu(), 2e-5);
+    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, -1, 62, {1}), gpu(), 2e-5);
+    EXPECT_GPU_MATCHES_CPU(normGradCase(op, {2, 3, 40}, -1, 63, {1, 1, 40}), gpu(), 2e-5);
   }
 }
 
@@ -164,7 +164,7 @@ TEST(NormGpu, GradsManyRows) {
     SCOPED_TRACE(op);
     for (Shape x : {Shape{5000, 300}, Shape{4, 2048, 2560}, Shape{1500, 7}, Shape{1100, 16500}}) {
       SCOPED_TRACE(shapeToString(x));
-      EXPECT_GPU_MATCHES_CPU(normGradCase(op, x, -1, 70), rowOpsGpu(), gradTol(x));
+      EXPECT_GPU_MATCHES_CPU(normGradCase(op, x, -1, 70), gpu(), gradTol(x));
     }
   }
 }
@@ -173,11 +173,11 @@ TEST(NormGpu, UnsupportedTypeIsAnError) {
   OpCase c = layerNormCase({3, 8}, {}, 80);
   for (Tensor &t : c.inputs) t = convertTo(t, DType::F64);
   c.outputs[0].first = DType::F64;
-  EXPECT_GPU_ERROR(c, rowOpsGpu(), "unsupported element type");
+  EXPECT_GPU_ERROR(c, gpu(), "unsupported element type");
   OpCase g = normGradCase("megac.RMSNormalizationGrad", {3, 8}, -1, 81);
   for (Tensor &t : g.inputs) t = convertTo(t, DType::F64);
   g.outputs = {{DType::F64, {3, 8}}, {DType::F64, {8}}};
-  EXPECT_GPU_ERROR(g, rowOpsGpu(), "unsupported element type");
+  EXPECT_GPU_ERROR(g, gpu(), "unsupported element type");
 }
 
 } // namespace

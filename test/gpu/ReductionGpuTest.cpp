@@ -46,7 +46,7 @@ void expectAllOps(const Shape &shape, const std::vector<int64_t> &axes, unsigned
   for (const char *op : kReduceOps)
     for (bool keep : {true, false}) {
       SCOPED_TRACE(std::string(op) + " " + shapeToString(shape) + (keep ? " keepdims" : ""));
-      EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, axes, keep), rowOpsGpu(), tolFor(reduced));
+      EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, axes, keep), gpu(), tolFor(reduced));
     }
 }
 
@@ -67,7 +67,7 @@ TEST(ReductionGpu, AllAxesWithoutAxesInput) {
   for (const char *op : kReduceOps)
     for (bool keep : {true, false}) {
       SCOPED_TRACE(op);
-      EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::nullopt, keep), rowOpsGpu(), 2e-5);
+      EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::nullopt, keep), gpu(), 2e-5);
     }
 }
 
@@ -75,7 +75,7 @@ TEST(ReductionGpu, EmptyAxesReducesAll) {
   Tensor x = randomTensor({6, 5}, 11);
   OpCase c = reduceCase("ReduceSum", x, std::vector<int64_t>{}, false);
   EXPECT_EQ(c.outputs[0].second, Shape{});
-  EXPECT_GPU_MATCHES_CPU(c, rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(c, gpu(), 1e-5);
 }
 
 TEST(ReductionGpu, NoopWithEmptyAxesCopies) {
@@ -84,7 +84,7 @@ TEST(ReductionGpu, NoopWithEmptyAxesCopies) {
     OpCase c = reduceCase(op, x, std::nullopt);
     c.attrs.set("noop_with_empty_axes", Attr::ofInt(1));
     c.outputs = {{DType::F32, x.shape()}};
-    EXPECT_GPU_MATCHES_CPU(c, rowOpsGpu(), 0.0);
+    EXPECT_GPU_MATCHES_CPU(c, gpu(), 0.0);
   }
 }
 
@@ -93,7 +93,7 @@ TEST(ReductionGpu, RowLengths) {
     Tensor x = randomTensor({3, n}, unsigned(20 + n));
     for (const char *op : kReduceOps) {
       SCOPED_TRACE(std::string(op) + " n=" + std::to_string(n));
-      EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{1}), rowOpsGpu(), tolFor(n));
+      EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{1}), gpu(), tolFor(n));
     }
   }
 }
@@ -103,7 +103,7 @@ TEST(ReductionGpu, ColumnLengths) {
     Tensor x = randomTensor({n, 5}, unsigned(30 + n));
     for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMax"}) {
       SCOPED_TRACE(std::string(op) + " n=" + std::to_string(n));
-      EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{0}, false), rowOpsGpu(), tolFor(n));
+      EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{0}, false), gpu(), tolFor(n));
     }
   }
 }
@@ -112,21 +112,21 @@ TEST(ReductionGpu, ColumnLengths) {
 TEST(ReductionGpu, HugeSingleRow) {
   Tensor x = randomTensor({1, 3000000}, 40);
   for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL2"})
-    EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{1}), rowOpsGpu(), 1e-4);
-  EXPECT_GPU_MATCHES_CPU(reduceCase("ReduceSum", x, std::nullopt, false), rowOpsGpu(), 1e-4);
+    EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{1}), gpu(), 1e-4);
+  EXPECT_GPU_MATCHES_CPU(reduceCase("ReduceSum", x, std::nullopt, false), gpu(), 1e-4);
 }
 
 // The bias gradient shape: few outputs, a long reduced dim of columns.
 TEST(ReductionGpu, BiasGradientShape) {
   Tensor x = randomTensor({16384, 3072}, 41);
-  EXPECT_GPU_MATCHES_CPU(reduceCase("ReduceSum", x, std::vector<int64_t>{0}, false), rowOpsGpu(), 1e-4);
-  EXPECT_GPU_MATCHES_CPU(reduceCase("ReduceMax", x, std::vector<int64_t>{0}, true), rowOpsGpu(), 0.0);
+  EXPECT_GPU_MATCHES_CPU(reduceCase("ReduceSum", x, std::vector<int64_t>{0}, false), gpu(), 1e-4);
+  EXPECT_GPU_MATCHES_CPU(reduceCase("ReduceMax", x, std::vector<int64_t>{0}, true), gpu(), 0.0);
 }
 
 TEST(ReductionGpu, SplitColumnsWithOuter) {
   Tensor x = randomTensor({4, 20000, 7}, 42);
   for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMin", "ReduceSumSquare"})
-    EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{1}), rowOpsGpu(), 1e-4);
+    EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{1}), gpu(), 1e-4);
 }
 
 TEST(ReductionGpu, IntegerTypes) {
@@ -135,7 +135,7 @@ TEST(ReductionGpu, IntegerTypes) {
     for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceSumSquare", "ReduceL1"})
       for (int64_t axis : {0, 1}) {
         SCOPED_TRACE(std::string(op) + " " + dtypeName(dt));
-        EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{axis}), rowOpsGpu(), 0.0);
+        EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{axis}), gpu(), 0.0);
       }
   }
 }
@@ -144,14 +144,14 @@ TEST(ReductionGpu, MaxAndMinPropagateNaN) {
   Tensor x = randomTensor({4, 100}, 44);
   x.data<float>()[1 * 100 + 17] = NAN;
   for (const char *op : {"ReduceMax", "ReduceMin"})
-    for (int64_t axis : {0, 1}) EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{axis}), rowOpsGpu(), 0.0);
+    for (int64_t axis : {0, 1}) EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{axis}), gpu(), 0.0);
 }
 
 // An empty reduced dim gives the identity: 0 for sums, NaN for a mean.
 TEST(ReductionGpu, EmptyReducedDim) {
   Tensor x(DType::F32, {3, 0, 4});
   for (const char *op : {"ReduceSum", "ReduceMean", "ReduceSumSquare"})
-    EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{1}), rowOpsGpu(), 0.0);
+    EXPECT_GPU_MATCHES_CPU(reduceCase(op, x, std::vector<int64_t>{1}), gpu(), 0.0);
 }
 
 // --- SumToShape ---
@@ -170,17 +170,17 @@ TEST(ReductionGpu, SumToShape) {
   for (Shape target : {Shape{3, 1}, Shape{4}, Shape{1, 4}, Shape{2, 1, 4}, Shape{2, 3, 4}, Shape{1}, Shape{},
                        Shape{3, 4}, Shape{2, 3, 1}}) {
     SCOPED_TRACE(shapeToString(target));
-    EXPECT_GPU_MATCHES_CPU(sumToShapeCase(x, target), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(sumToShapeCase(x, target), gpu(), 1e-5);
   }
   Tensor y = randomTensor({5, 1, 6}, 51);
-  EXPECT_GPU_MATCHES_CPU(sumToShapeCase(y, {1, 6}), rowOpsGpu(), 1e-5);
-  EXPECT_GPU_MATCHES_CPU(sumToShapeCase(y, {5, 1, 1}), rowOpsGpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(sumToShapeCase(y, {1, 6}), gpu(), 1e-5);
+  EXPECT_GPU_MATCHES_CPU(sumToShapeCase(y, {5, 1, 1}), gpu(), 1e-5);
 }
 
 TEST(ReductionGpu, SumToShapeBiasGradient) {
   Tensor x = randomTensor({8, 2048, 3072}, 52);
-  EXPECT_GPU_MATCHES_CPU(sumToShapeCase(x, {3072}), rowOpsGpu(), 1e-4);
-  EXPECT_GPU_MATCHES_CPU(sumToShapeCase(x, {1, 1, 3072}), rowOpsGpu(), 1e-4);
+  EXPECT_GPU_MATCHES_CPU(sumToShapeCase(x, {3072}), gpu(), 1e-4);
+  EXPECT_GPU_MATCHES_CPU(sumToShapeCase(x, {1, 1, 3072}), gpu(), 1e-4);
 }
 
 // --- Errors ---
@@ -188,17 +188,17 @@ TEST(ReductionGpu, SumToShapeBiasGradient) {
 TEST(ReductionGpu, AxesMustBeConstant) {
   OpCase c = reduceCase("ReduceSum", randomTensor({3, 4}, 60), std::vector<int64_t>{1});
   c.constant = {false, false};
-  EXPECT_GPU_ERROR(c, rowOpsGpu(), "must be a constant");
+  EXPECT_GPU_ERROR(c, gpu(), "must be a constant");
 }
 
 TEST(ReductionGpu, UnsupportedTypeIsAnError) {
-  EXPECT_GPU_ERROR(reduceCase("ReduceSum", randomTensor({3, 4}, 61, DType::F64), std::vector<int64_t>{1}), rowOpsGpu(),
+  EXPECT_GPU_ERROR(reduceCase("ReduceSum", randomTensor({3, 4}, 61, DType::F64), std::vector<int64_t>{1}), gpu(),
                    "unsupported element type");
   EXPECT_GPU_ERROR(reduceCase("ReduceL2", randomTensor({3, 4}, 62, DType::I64, -5, 5), std::vector<int64_t>{1}),
-                   rowOpsGpu(), "unsupported element type");
+                   gpu(), "unsupported element type");
   OpCase s = sumToShapeCase(randomTensor({3, 4}, 63, DType::F64), {4});
   s.outputs = {{DType::F64, {4}}};
-  EXPECT_GPU_ERROR(s, rowOpsGpu(), "unsupported element type");
+  EXPECT_GPU_ERROR(s, gpu(), "unsupported element type");
 }
 
 } // namespace

@@ -32,12 +32,6 @@ inline Tensor convertTo(const Tensor &t, DType dt) {
   return r;
 }
 
-// A process-wide test context (created on first use, after main has checked
-// that a GPU exists).
-inline GpuTestContext &rowOpsGpu() {
-  static GpuTestContext ctx;
-  return ctx;
-}
 
 // Expects the CPU kernel to succeed and the GPU kernel to report an error
 // whose message contains `what`.

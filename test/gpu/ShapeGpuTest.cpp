@@ -14,7 +14,6 @@
 namespace megac::gputest {
 namespace {
 
-GpuTestContext &gpu() { return rowOpsGpu(); }
 
 // Values in [-9, 9) (integers for integer types, 0/1 for bool).
 Tensor values(Shape s, unsigned seed, DType dt = DType::F32) {

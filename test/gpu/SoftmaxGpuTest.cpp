@@ -30,7 +30,7 @@ void expectForward(const Shape &shape, std::optional<int64_t> axis, unsigned see
   Tensor x = randomTensor(shape, seed, DType::F32, lo, hi);
   for (const char *op : {"Softmax", "LogSoftmax"}) {
     SCOPED_TRACE(std::string(op) + " " + shapeToString(shape) + " axis " + (axis ? std::to_string(*axis) : "default"));
-    EXPECT_GPU_MATCHES_CPU(softmaxCase(op, x, axis), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(softmaxCase(op, x, axis), gpu(), 1e-5);
   }
 }
 
@@ -39,11 +39,11 @@ void expectGrad(const Shape &shape, std::optional<int64_t> axis, unsigned seed) 
   Tensor x = randomTensor(shape, seed, DType::F32, -3, 3), dy = randomTensor(shape, seed + 1);
   for (bool isLog : {false, true}) {
     OpCase fwd = softmaxCase(isLog ? "LogSoftmax" : "Softmax", x, axis);
-    auto r = runOnBoth(fwd, rowOpsGpu());
+    auto r = runOnBoth(fwd, gpu());
     ASSERT_TRUE(r.error.empty()) << r.error;
     const char *op = isLog ? "megac.LogSoftmaxGrad" : "megac.SoftmaxGrad";
     SCOPED_TRACE(std::string(op) + " " + shapeToString(shape));
-    EXPECT_GPU_MATCHES_CPU(gradCase(op, dy, r.cpu[0], axis), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(gradCase(op, dy, r.cpu[0], axis), gpu(), 1e-5);
   }
 }
 
@@ -81,10 +81,10 @@ TEST(SoftmaxGpu, MaskedRows) {
     float *p = x.data<float>();
     for (int64_t i = 0; i < n; i += 2) p[i] = -INFINITY; // row 0: every other entry masked, starting with the first
     for (int64_t i = 0; i < n; ++i) p[2 * n + i] = -INFINITY; // row 2: fully masked
-    EXPECT_GPU_MATCHES_CPU(softmaxCase("Softmax", x, -1), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(softmaxCase("Softmax", x, -1), gpu(), 1e-5);
     Tensor xt = randomTensor({n, 3}, 17);
     for (int64_t i = 0; i < n; i += 2) xt.data<float>()[i * 3] = -INFINITY;
-    EXPECT_GPU_MATCHES_CPU(softmaxCase("Softmax", xt, 0), rowOpsGpu(), 1e-5);
+    EXPECT_GPU_MATCHES_CPU(softmaxCase("Softmax", xt, 0), gpu(), 1e-5);
   }
 }
 
@@ -106,8 +106,8 @@ TEST(SoftmaxGpu, ManyRows) {
 
 TEST(SoftmaxGpu, UnsupportedTypeIsAnError) {
   Tensor x = randomTensor({3, 4}, 400, DType::F64);
-  EXPECT_GPU_ERROR(softmaxCase("Softmax", x, -1), rowOpsGpu(), "unsupported element type");
-  EXPECT_GPU_ERROR(gradCase("megac.SoftmaxGrad", x, x, -1), rowOpsGpu(), "unsupported element type");
+  EXPECT_GPU_ERROR(softmaxCase("Softmax", x, -1), gpu(), "unsupported element type");
+  EXPECT_GPU_ERROR(gradCase("megac.SoftmaxGrad", x, x, -1), gpu(), "unsupported element type");
 }
 
 } // namespace

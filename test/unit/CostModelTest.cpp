@@ -71,6 +71,21 @@ TEST(CostModel, ProgramWorkCountsGemmFlopsAndBytes) {
   EXPECT_DOUBLE_EQ(w->memoryBytes, 3 * 288 + 480 + 128 + 32 + 128);
 }
 
+// bf16 plans: the runtime packs a large product's fp32 operands to bf16
+// first (read 4 bytes, write 2, and the product reads the 2).
+TEST(CostModel, Bf16PlansCountOperandPacking) {
+  plan::Program p;
+  int32_t a = addValue(p, {512, 256}, kArg), b = addValue(p, {256, 1024}, kArg), y = addValue(p, {512, 1024});
+  addOp(p, "MatMul", {a, b}, {y}); // 2^28 flops: packed
+  int32_t c = addValue(p, {4, 8}, kArg), d = addValue(p, {8, 2}, kArg), z = addValue(p, {4, 2});
+  addOp(p, "MatMul", {c, d}, {z}); // small: fp32 operands
+  auto fp = plan::programWork(p), bf = plan::programWork(p, /*bf16Operands=*/true);
+  ASSERT_TRUE(fp && bf);
+  EXPECT_EQ(fp->memoryBytes, 0);
+  EXPECT_DOUBLE_EQ(bf->memoryBytes, 6.0 * (512 * 256 + 256 * 1024));
+  EXPECT_DOUBLE_EQ(bf->gemmFlops, fp->gemmFlops);
+}
+
 TEST(CostModel, AttentionFlops) {
   // Q [2,4,16,8] (B=2, 4 heads, Sq=16, D=8), K and V [2,2,16,8] (GQA, 2 kv heads).
   auto build = [](bool causal, bool grad) {
@@ -90,7 +105,8 @@ TEST(CostModel, AttentionFlops) {
     auto w = plan::programWork(p);
     EXPECT_TRUE(bool(w)) << llvm::toString(w.takeError());
     EXPECT_EQ(w->memoryBytes, 0);
-    return w->gemmFlops;
+    EXPECT_EQ(w->gemmFlops, 0);
+    return w->attentionFlops;
   };
   const double bhss = 2.0 * 4 * 16 * 16;
   EXPECT_DOUBLE_EQ(build(false, false), 4 * bhss * 8); // QK^T and PV: 2*D each
@@ -236,13 +252,15 @@ TEST(CostModel, ComputeBound) {
   EXPECT_NEAR(s->criticalPath[plan::kLaneCompute], 6.0 * ms, 1e-12);
   EXPECT_NEAR(s->criticalPath[plan::kLaneH2D], 0.4 * ms, 1e-12);
   EXPECT_EQ(s->bottleneck, plan::kLaneCompute);
-  // bf16 mode: 4 TFLOP/s, forwards of 0.5 ms: F0 [0.4, 0.9], P2 [0.9, 1.3],
-  // F1 [0.9, 1.4], F2 [1.4, 1.9].
+  // bf16 mode: 4 TFLOP/s, 0.5 ms, plus packing both 1e6-element operands
+  // to bf16 (6 bytes each: 12 MB at 1000 GB/s, 0.012 ms): forwards of
+  // 0.512 ms: F0 [0.4, 0.912], P2 [0.912, 1.312], F1 [0.912, 1.424],
+  // F2 [1.424, 1.936].
   plan::Plan p = threeForwards(1000);
   p.set_compute("bf16");
   s = plan::predictStep(p, roundProfile());
   ASSERT_TRUE(bool(s));
-  expectTimes(*s, 5, 1.4 * ms, 1.9 * ms);
+  expectTimes(*s, 5, 1.424 * ms, 1.936 * ms);
 }
 
 TEST(CostModel, SharedPcieAndMemory) {
@@ -347,13 +365,13 @@ TEST(CostModel, TiedParameterUpdatedByItsLastUser) {
 
 TEST(CostModel, MemoryBoundOpsUseHbmBandwidth) {
   using SA = plan::StreamAction;
-  // gpu_hbm_gbps may be left out of a profile (default 4000 GB/s); here 100.
+  // gpu_hbm_gbps may be left out of a profile (the built-in H200's is the default); here 100.
   const char *text = "pcie_h2d_gbps = 10\npcie_d2h_gbps = 10\npcie_both_gbps = 10\npcie_pageable_h2d_gbps = 1\n"
                      "gemm_bf16_tflops = 4\ngemm_tf32_tflops = 2\ngemm_fp32_tflops = 1\nhost_mem_gbps = 50\n"
                      "cpu_adamw_params_per_s = 1e9\ngpu_mem_gib = 80\ngpu_mem_free_gib = 79\n";
   auto base = plan::parseMachineProfile(text, "test");
   ASSERT_TRUE(bool(base)) << llvm::toString(base.takeError());
-  EXPECT_EQ(base->gpuHbmGBps, 4000);
+  EXPECT_EQ(base->gpuHbmGBps, plan::MachineProfile().gpuHbmGBps);
   auto m = plan::parseMachineProfile(std::string(text) + "gpu_hbm_gbps = 100\n", "test");
   ASSERT_TRUE(bool(m)) << llvm::toString(m.takeError());
   EXPECT_EQ(m->gpuHbmGBps, 100);

@@ -33,6 +33,8 @@ TEST(MachineProfile, CommittedH200ProfileIsTheBuiltInDefault) {
   EXPECT_EQ(p->cpuAdamwParamsPerS, d.cpuAdamwParamsPerS);
   EXPECT_EQ(p->gpuMemGiB, d.gpuMemGiB);
   EXPECT_EQ(p->gpuMemFreeGiB, d.gpuMemFreeGiB);
+  EXPECT_EQ(p->gpuHbmGBps, d.gpuHbmGBps);
+  EXPECT_EQ(p->attentionBf16Tflops, d.attentionBf16Tflops);
   EXPECT_EQ(p->description, "NVIDIA H200, 16 CPU threads");
   // 139.3 GiB
   EXPECT_EQ(d.usableGpuBytes(), int64_t(139.3 * 1073741824.0));

@@ -277,10 +277,11 @@ TEST(PlanReport, ScheduleJson) {
   EXPECT_NE(pred->getString("label")->str().find("unvalidated"), std::string::npos);
   EXPECT_EQ(pred->getString("bottleneck").getValueOr(""), "H2D");
   ASSERT_TRUE(pred->getObject("lane_busy_seconds"));
-  // The built-in H200 profile: prefetch a (256 B) alone at 55.41 GB/s; then
-  // prefetch c (768 B) beside offload b (256 B), sharing 99.66 GB/s in
-  // proportion to 55.41 : 55.28 until the offload ends; then c alone.
-  const double h2d = 55.41e9, d2h = 55.28e9, both = 99.66e9;
+  // The built-in H200 profile: prefetch a (256 B) alone at its H2D rate; then
+  // prefetch c (768 B) beside offload b (256 B), sharing the both-ways rate in
+  // proportion to the one-way rates until the offload ends; then c alone.
+  const plan::MachineProfile m;
+  const double h2d = m.pcieH2dGBps * 1e9, d2h = m.pcieD2hGBps * 1e9, both = m.pcieBothGBps * 1e9;
   const double shareH = both * h2d / (h2d + d2h), shareD = both * d2h / (h2d + d2h);
   const double overlap = 256 / shareD;
   const double step = 256 / h2d + overlap + (768 - shareH * overlap) / h2d;

@@ -45,6 +45,36 @@ TEST(AdamW, NoDecayAndGradScale) {
   EXPECT_NEAR(m, 0.2f, 1e-6); // (1 - 0.9) * (4 * 0.5)
 }
 
+// A unit's parameters in one split over the threads: the same numbers as
+// one adamwUpdate per parameter, whatever the thread count and boundaries.
+TEST(AdamW, SegmentsMatchOneUpdatePerParameter) {
+  AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  const int64_t sizes[] = {3, 70000, 1, 131072 + 5, 64};
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n + 7; // gaps between parameters stay untouched
+  for (int threads : {1, 2, 5, 16}) {
+    const size_t n = static_cast<size_t>(total);
+    std::vector<float> p(n), g(n), m(n, 0.0f), v(n, 0.0f);
+    for (int64_t i = 0; i < total; ++i) {
+      p[size_t(i)] = std::sin(float(i) * 0.1f);
+      g[size_t(i)] = std::cos(float(i) * 0.3f);
+    }
+    std::vector<float> pr = p, mr = m, vr = v;
+    std::vector<AdamWSegment> segs;
+    int64_t at = 0;
+    for (size_t k = 0; k < std::size(sizes); ++k) {
+      bool decay = k % 2 == 0;
+      segs.push_back({p.data() + at, g.data() + at, m.data() + at, v.data() + at, sizes[k], decay});
+      adamwUpdate(pr.data() + at, g.data() + at, mr.data() + at, vr.data() + at, sizes[k], 3, h, decay);
+      at += sizes[k] + 7;
+    }
+    adamwUpdateSegments(segs, 3, h, 1.0f, threads);
+    EXPECT_EQ(p, pr) << threads << " threads";
+    EXPECT_EQ(m, mr) << threads << " threads";
+    EXPECT_EQ(v, vr) << threads << " threads";
+  }
+}
+
 TEST(Schedule, WarmupThenCosineToMinLr) {
   plan::Optimizer o;
   o.set_lr(1.0f);

@@ -86,6 +86,8 @@ static cl::opt<std::string> Weights("weights", cl::desc("Initial weights: an ONN
 static cl::opt<bool> Init("init", cl::desc("Initialize weights that have no data (N(0,0.02), ones, zeros)"),
                           RUN_SUBS);
 static cl::opt<std::string> Log("log", cl::desc("Write one JSON object per step to this file"), RUN_SUBS);
+static cl::opt<bool> OpProfile("op-profile", cl::desc("--device cuda: time every op and print GPU time by op type"),
+                               RUN_SUBS);
 #undef RUN_SUBS
 
 static llvm::Error flagError(const llvm::Twine &m) {
@@ -197,7 +199,9 @@ int runCompile() {
 
 static llvm::Expected<std::unique_ptr<runtime::Trainer>> createGpuTrainer(const plan::Plan &plan) {
 #ifdef MEGAC_HAS_CUDA
-  return cuda::createCudaTrainer(plan, {});
+  cuda::CudaOptions o;
+  o.opProfile = OpProfile;
+  return cuda::createCudaTrainer(plan, o);
 #else
   return flagError("this megac was built without the CUDA runtime");
 #endif
@@ -253,10 +257,12 @@ static int trainOnPlan(plan::Plan plan) {
       lo.weights = Weights;
     }
   }
+  if (OpProfile && !onGpu) return reportError(flagError("--op-profile times GPU ops: it needs --device cuda"));
   llvm::Expected<std::unique_ptr<runtime::Trainer>> trainer = onGpu ? createGpuTrainer(plan) : runtime::Trainer::create(plan);
   if (!trainer) return reportError(trainer.takeError());
   auto losses = runtime::runTraining(**trainer, lo);
   if (!losses) return reportError(losses.takeError());
+  (*trainer)->report(llvm::outs());
   if (losses->size() >= 2)
     llvm::outs() << llvm::format("done: loss %.4f -> %.4f over %zu steps\n", losses->front(), losses->back(),
                                  losses->size());

@@ -1,0 +1,70 @@
+#pragma once
+// Scaled dot-product attention through cuDNN's fused flash-attention engines
+// (the backend graph API; no cudnn-frontend), for the bf16 compute mode: f32
+// Q, K, V are converted to bf16 in the kernel workspace, cuDNN runs the fused
+// forward (with the softmax stats) or backward, and the results are converted
+// back to f32. The Attention kernels (AttentionKernels.cu) dispatch here when
+// the case is one cuDNN supports and fall back to their materialized-score
+// path otherwise.
+//
+// The graphs are the ones cudnn-frontend builds for sdpa / sdpa_backward
+// (its composite nodes, cuDNN < 9.21): MATMUL(Q, K^T), scale, the causal mask
+// (GEN_INDEX row/col, CMP_GE, BINARY_SELECT with -inf), the softmax as
+// reductions and pointwise ops with the stats output, MATMUL(P, V); the
+// backward recomputes P from the stats. Execution plans are built once per
+// (handle, device, shape, scale, direction) and cached process-wide.
+#include "runtime/cuda/GpuKernel.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace megac::cuda {
+
+// One attention problem. Q is [B, Hq, S, D], K [B, Hkv, S, D], V [B, Hkv, S, Dv]
+// and Y [B, Hq, S, Dv] (their gradients alike), packed; with bshd they are
+// [B, S, heads * dim] instead (ONNX's 3-D form). Hq is a multiple of Hkv; the
+// q heads of one kv head are consecutive (GQA).
+struct SdpaShape {
+  int64_t batch = 0, qHeads = 0, kvHeads = 0, seq = 0, headDim = 0, vHeadDim = 0;
+  bool bshd = false;
+  bool causal = false; // top-left aligned: query i sees keys j <= i
+  float scale = 1.0f;  // applied to Q K^T
+};
+
+// True where megac was built with cuDNN.
+bool cudnnAttentionBuiltIn();
+
+// Empty where cuDNN's fused attention can take this shape (an engine must
+// still be found at run time), else why not.
+std::string cudnnSdpaShapeProblem(const SdpaShape &s);
+
+// The workspace bytes the cuDNN path needs for this problem, building (and
+// caching) its execution plans with ctx.dnn; 0 where it cannot run: no cuDNN,
+// no handle, or no engine for the shape (cached; the reason goes to
+// cudnnAttentionStats().lastFallback and, once, to stderr).
+size_t cudnnSdpaWorkspace(GpuContext &ctx, const SdpaShape &s, bool backward);
+
+// Y = softmax(scale Q K^T [+ causal mask]) V on ctx.stream. Returns false
+// without touching the outputs where the cuDNN path cannot run this problem
+// (see cudnnSdpaWorkspace) or the workspace is smaller than it needs; the
+// caller then computes it another way.
+llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const float *q, const float *k,
+                                      const float *v, float *y, void *workspace, size_t workspaceBytes);
+
+// dQ, dK, dV from dY (any of the three may be null: not wanted). The forward
+// is recomputed for the output and stats cuDNN's backward needs. dK and dV
+// are summed over each kv head's group of q heads. Same contract as above.
+llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, const float *dy, const float *q,
+                                       const float *k, const float *v, float *dq, float *dk, float *dv,
+                                       void *workspace, size_t workspaceBytes);
+
+// What went through cuDNN in this process (for tests and diagnostics).
+struct CudnnAttentionStats {
+  uint64_t forwardCalls = 0, backwardCalls = 0; // cuDNN executions that were enqueued
+  std::string lastFallback;                     // why cuDNN last declined a problem it was offered
+};
+CudnnAttentionStats cudnnAttentionStats();
+
+} // namespace megac::cuda
