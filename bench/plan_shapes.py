@@ -58,7 +58,7 @@ def compile_plan(megac, onnx_path, batch, seq, extra, workdir, tag=""):
                        capture_output=True, text=True)
     secs = time.time() - t0
     if c.returncode != 0:
-        return None, (c.stderr or c.stdout), secs
+        return None, (c.stderr or c.stdout or f"megac exited with status {c.returncode} (killed for memory?)"), secs
     p = subprocess.run([megac, "plan", "--json", plan], capture_output=True, text=True, check=True)
     os.remove(plan)  # hundreds of MB at seq 4096: the folded masks and rotary tables
     return json.loads(p.stdout), "", secs
@@ -155,7 +155,10 @@ def max_batch(megac, onnx_path, row, batch, seq, extra, workdir, log):
         return {"max_batch": n, "seconds": 0.0, "compiles": 0, "how": "megac's over-budget error"}
     budget = row["gpu_memory"]["budget"]["bytes"]
     proxy = os.path.join(workdir, os.path.basename(onnx_path)[:-5] + ".bfm.onnx")
-    why = batch_free_mask_copy(onnx_path, proxy)
+    try:
+        why = batch_free_mask_copy(onnx_path, proxy)
+    except ImportError as e:
+        return {"error": f"the batch-free copy needs the onnx package ({e})"}
     if why:
         return {"error": "no batch-free copy: " + why}
     flags = strip_gpu_mem(extra) + ["--gpu-mem", "1e9"]  # never over: the budget is compared here
