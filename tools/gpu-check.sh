@@ -15,12 +15,18 @@ status=0
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 if [ "${SANITIZE:-1}" = 1 ]; then
   SAN=/usr/local/cuda/bin/compute-sanitizer
+  # fp32 (megac's own kernels) and bf16 at seq 64 (cuDNN's fused attention).
   .gpu/megac compile test/data/llama/model.onnx --batch 2 --seq 16 --compute fp32 -o "$OUT/llama.plan" >/dev/null
+  .gpu/megac compile test/data/llama/model.onnx --batch 2 --seq 64 --compute bf16 -o "$OUT/llama-bf16.plan" >/dev/null
   for tool in memcheck racecheck; do
-    echo "== compute-sanitizer --tool $tool (llama fixture, 2 steps)"
-    timeout 300 $SAN --tool $tool --error-exitcode 9 .gpu/megac run "$OUT/llama.plan" --device cuda --steps 2 \
-      --input test/data/llama/ref/input_ids.pb --targets test/data/llama/ref/targets.pb 2>&1 | tail -8
-    echo "exit: ${PIPESTATUS[0]}"
+    for plan in llama llama-bf16; do
+      data="--input test/data/llama/ref/input_ids.pb --targets test/data/llama/ref/targets.pb"
+      [ "$plan" = llama-bf16 ] && data="--text README.md"
+      echo "== compute-sanitizer --tool $tool ($plan, 2 steps)"
+      # shellcheck disable=SC2086
+      timeout 300 $SAN --tool $tool --error-exitcode 9 .gpu/megac run "$OUT/$plan.plan" --device cuda --steps 2 $data 2>&1 | tail -8
+      echo "exit: ${PIPESTATUS[0]}"
+    done
   done
 fi
 exit $status
