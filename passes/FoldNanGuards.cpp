@@ -42,6 +42,13 @@ int32_t producerOf(const Graph &g, ValueId v, llvm::StringRef type) {
 std::optional<Tensor> constantValue(Graph &g, ValueId v, const PassOptions &opts) {
   if (const Tensor *t = g.constValue(v)) return *t;
   const Value &val = g.value(v);
+  // A constant broadcast by Expand (a mask specialize could not fold whole):
+  // the caller broadcasts it the same way.
+  if (val.kind == ValueKind::Result && val.producer >= 0) {
+    const Op &e = g.ops[size_t(val.producer)];
+    if (e.type == "Expand" && !e.inputs.empty())
+      if (const Tensor *t = g.constValue(e.inputs[0])) return *t;
+  }
   if (val.kind != ValueKind::Result || val.producer < 0 || !val.type.known() || val.type.isSequence)
     return std::nullopt;
   if (numElements(val.type.shape) > opts.foldLimit) return std::nullopt;

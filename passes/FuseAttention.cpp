@@ -130,6 +130,13 @@ private:
     return &g_.ops[size_t(p)];
   }
   int32_t defIndex(ValueId v) const { return g_.value(v).producer; }
+  // The constant behind Expand(constant, shape) (specialize leaves a mask too
+  // large to fold that way): broadcasting it is what the Expand did.
+  ValueId throughBroadcast(ValueId v) {
+    const Op *op = def(v);
+    if (op && op->type == "Expand" && !op->inputs.empty() && g_.constValue(op->inputs[0])) return op->inputs[0];
+    return v;
+  }
   const Shape &shape(ValueId v) const { return g_.type(v).shape; }
   // v feeds op `user` and nothing else (not a graph output either).
   bool onlyUsedBy(ValueId v, int32_t user) const {
@@ -231,6 +238,7 @@ bool AttentionMatcher::probabilities(ValueId p, int32_t user, int32_t &softmax, 
 // An additive constant mask of the scores' dtype.
 bool AttentionMatcher::maskFromAdd(ValueId mask, const Shape &scores, DType dtype, AttentionMatch &m,
                                    bool &guardNeeded) {
+  mask = throughBroadcast(mask);
   const Tensor *t = g_.constValue(mask);
   if (!t || t->dtype() != dtype || t->rank() < 1 || t->rank() > 4 || t->shape().back() != scores[3]) return false;
   MaskView view(*t);
@@ -251,7 +259,8 @@ bool AttentionMatcher::maskFromAdd(ValueId mask, const Shape &scores, DType dtyp
 // Where(keep, scores, fill) or Where(drop, fill, scores) with a constant
 // bool condition and a fill that makes exp() vanish: a bool keep-mask.
 bool AttentionMatcher::maskFromWhere(const Op &where, const Shape &scores, AttentionMatch &m, bool &guardNeeded) {
-  const Tensor *cond = g_.constValue(where.inputs[0]);
+  const ValueId condValue = throughBroadcast(where.inputs[0]);
+  const Tensor *cond = g_.constValue(condValue);
   if (!cond || cond->dtype() != DType::Bool || cond->rank() < 1 || cond->rank() > 4 ||
       cond->shape().back() != scores[3])
     return false;
@@ -277,7 +286,7 @@ bool AttentionMatcher::maskFromWhere(const Op &where, const Shape &scores, Atten
   if (inverted)
     m.newMask = std::move(keep);
   else
-    m.mask = where.inputs[0];
+    m.mask = condValue;
   return true;
 }
 

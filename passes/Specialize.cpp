@@ -6,8 +6,10 @@
 #include "ir/OpSchema.h"
 #include "passes/Pass.h"
 #include "runtime/core/Hash.h"
+#include "runtime/cpu/Kernel.h"
 
 #include <cstring>
+#include <set>
 #include <unordered_map>
 
 namespace megac::passes {
@@ -92,8 +94,167 @@ private:
   std::unordered_map<uint64_t, std::vector<int32_t>> byKey_;
 };
 
+// Values too large to fold that are a small constant broadcast: the output
+// of Expand(constant, shape) or of a ConstantOfShape (rewritten to such an
+// Expand). An elementwise op on such values and constants is computed on the
+// small constants and becomes one Expand of the result, so a causal mask of
+// [batch, 1, seq, seq] folds as [1, 1, seq, seq] and the passes after
+// (fold-nan-guards, fuse-attention) see a broadcast constant, whatever the
+// batch.
+class BroadcastFolder {
+public:
+  // Registers or rewrites op i when its output is over the fold limit. Any
+  // error is the op's own (as folding it would have given).
+  llvm::Error visit(Graph &g, int32_t i, const PassOptions &opts) {
+    const Op &op = g.ops[size_t(i)];
+    if (op.outputs.size() != 1 || op.outputs[0] == kNoValue) return llvm::Error::success();
+    const ValueId out = op.outputs[0];
+    if (!g.type(out).known() || numElements(g.type(out).shape) <= opts.foldLimit) return llvm::Error::success();
+    if (op.type == "Expand" && op.inputs.size() == 2) {
+      auto it = small_.find(op.inputs[0]);
+      if (it != small_.end()) small_[out] = it->second;
+      else if (isSmallConst(g, op.inputs[0], opts)) small_[out] = op.inputs[0];
+      return llvm::Error::success();
+    }
+    if (op.type == "ConstantOfShape") return constantOfShape(g, i);
+    if (!kElementwise.count(op.type)) return llvm::Error::success();
+    std::vector<ValueId> smalls;
+    for (ValueId in : op.inputs) {
+      if (in == kNoValue) return llvm::Error::success();
+      auto it = small_.find(in);
+      ValueId s = it != small_.end() ? it->second : in;
+      if (!isSmallConst(g, s, opts)) return llvm::Error::success();
+      smalls.push_back(shrunk(g, s));
+    }
+    std::vector<const Tensor *> ins;
+    Shape r;
+    for (ValueId s : smalls) {
+      ins.push_back(g.constValue(s));
+      if (!broadcastInto(r, g.type(s).shape)) return llvm::Error::success();
+    }
+    if (numElements(r) > opts.foldLimit) return llvm::Error::success();
+    if (ValueId earlier = findEarlier(g, op, smalls); earlier != kNoValue) {
+      becomeExpand(g, i, earlier);
+      return llvm::Error::success();
+    }
+    Tensor result(g.type(out).dtype, r);
+    cpu::KernelContext ctx{op.attrs, ins, {&result}};
+    if (auto e = cpu::runKernel(op.type, ctx)) return opError(g, op, llvm::toString(std::move(e)));
+    ValueId small = g.addConst(g.value(out).name + ".small", std::move(result));
+    done_.push_back({g.ops[size_t(i)].type, g.ops[size_t(i)].attrs, smalls, small});
+    becomeExpand(g, i, small);
+    return llvm::Error::success();
+  }
+
+private:
+  struct Done {
+    std::string type;
+    Attrs attrs;
+    std::vector<ValueId> inputs;
+    ValueId result;
+  };
+  static bool equalConst(Graph &g, ValueId a, ValueId b) {
+    if (a == b) return true;
+    const Tensor *x = g.constValue(a), *y = g.constValue(b);
+    return x && y && g.type(a) == g.type(b) && std::memcmp(x->raw(), y->raw(), x->nbytes()) == 0;
+  }
+  // The result of an earlier op of the same kind on equal small inputs (the
+  // mask of every layer), or kNoValue.
+  ValueId findEarlier(Graph &g, const Op &op, const std::vector<ValueId> &smalls) const {
+    for (const Done &d : done_) {
+      if (d.type != op.type || !(d.attrs == op.attrs) || d.inputs.size() != smalls.size()) continue;
+      bool same = true;
+      for (size_t k = 0; k < smalls.size() && same; ++k) same = equalConst(g, d.inputs[k], smalls[k]);
+      if (same) return d.result;
+    }
+    return kNoValue;
+  }
+  // v with every dim along which all its slices are equal cut to size 1 (an
+  // index table repeated over the batch); v itself when there is none.
+  static ValueId shrunk(Graph &g, ValueId v) {
+    Tensor t = *g.constValue(v);
+    bool any = false;
+    for (size_t d = 0; d < t.shape().size(); ++d) {
+      const Shape &sh = t.shape();
+      if (sh[d] <= 1) continue;
+      int64_t inner = 1;
+      for (size_t k = d + 1; k < sh.size(); ++k) inner *= sh[k];
+      int64_t outer = 1;
+      for (size_t k = 0; k < d; ++k) outer *= sh[k];
+      const size_t rowBytes = size_t(inner) * dtypeSize(t.dtype()), sliceBytes = rowBytes * size_t(sh[d]);
+      const auto *p = static_cast<const uint8_t *>(t.raw());
+      bool uniform = true;
+      for (int64_t o = 0; o < outer && uniform; ++o)
+        for (int64_t j = 1; j < sh[d] && uniform; ++j)
+          uniform = std::memcmp(p + size_t(o) * sliceBytes, p + size_t(o) * sliceBytes + size_t(j) * rowBytes,
+                                rowBytes) == 0;
+      if (!uniform) continue;
+      Shape cut = sh;
+      cut[d] = 1;
+      Tensor c(t.dtype(), cut);
+      for (int64_t o = 0; o < outer; ++o)
+        std::memcpy(static_cast<uint8_t *>(c.raw()) + size_t(o) * rowBytes, p + size_t(o) * sliceBytes, rowBytes);
+      t = std::move(c);
+      any = true;
+    }
+    return any ? g.addConst(g.value(v).name + ".cut", std::move(t)) : v;
+  }
+  static bool isSmallConst(Graph &g, ValueId v, const PassOptions &opts) {
+    return v != kNoValue && g.value(v).kind == ValueKind::Const && g.constValue(v) &&
+           numElements(g.type(v).shape) <= opts.foldLimit;
+  }
+  // Right-aligned numpy broadcasting of `s` into `acc`.
+  static bool broadcastInto(Shape &acc, const Shape &s) {
+    if (s.size() > acc.size()) acc.insert(acc.begin(), s.size() - acc.size(), 1);
+    for (size_t k = 0; k < s.size(); ++k) {
+      int64_t &a = acc[acc.size() - s.size() + k];
+      if (s[k] == a || s[k] == 1) continue;
+      if (a != 1) return false;
+      a = s[k];
+    }
+    return true;
+  }
+  // op i := Expand(small, its output's shape).
+  void becomeExpand(Graph &g, int32_t i, ValueId small) {
+    const ValueId out = g.ops[size_t(i)].outputs[0];
+    const Shape full = g.type(out).shape;
+    Tensor shape(DType::I64, Shape{int64_t(full.size())});
+    for (size_t k = 0; k < full.size(); ++k) shape.data<int64_t>()[k] = full[k];
+    ValueId shapeConst = g.addConst(g.value(out).name + ".shape", std::move(shape));
+    Op &op = g.ops[size_t(i)];
+    op.type = "Expand";
+    op.inputs = {small, shapeConst};
+    op.attrs = Attrs();
+    small_[out] = small;
+  }
+  llvm::Error constantOfShape(Graph &g, int32_t i) {
+    const Op &op = g.ops[size_t(i)];
+    const ValueId out = op.outputs[0];
+    const TensorType t = g.type(out);
+    Tensor one(t.dtype, Shape(t.shape.size(), 1));
+    const Attr *value = op.attrs.get("value");
+    if (value && value->kind == Attr::Kind::Tensor) {
+      if (value->t.numel() != 1 || value->t.dtype() != t.dtype) return llvm::Error::success();
+      std::memcpy(one.raw(), value->t.raw(), one.nbytes());
+    } else {
+      std::memset(one.raw(), 0, one.nbytes()); // ONNX: float 0 by default
+    }
+    ValueId small = g.addConst(g.value(out).name + ".small", std::move(one));
+    becomeExpand(g, i, small);
+    return llvm::Error::success();
+  }
+
+  static inline const std::set<std::string> kElementwise = {
+      "Add",  "Sub",   "Mul",     "Div",   "Where", "And",          "Or",          "Xor",
+      "Not",  "Equal", "Less",    "LessOrEqual", "Greater", "GreaterOrEqual", "Cast", "Neg",
+      "Abs",  "Max",   "Min",     "IsInf", "IsNaN", "Identity"};
+  std::unordered_map<ValueId, ValueId> small_; // full-size value -> its small constant
+  std::vector<Done> done_;
+};
+
 llvm::Error specialize(Graph &g, const PassOptions &opts) {
   FoldMemo memo;
+  BroadcastFolder broadcasts;
   for (size_t i = 0; i < g.ops.size(); ++i) {
     if (g.ops[i].dead) continue;
     const OpSchema *schema = lookupOpSchema(g.ops[i].type);
@@ -111,7 +272,11 @@ llvm::Error specialize(Graph &g, const PassOptions &opts) {
       g.ops[i].dead = true;
       continue;
     }
-    if (!canFold(g, g.ops[i], *schema, opts)) continue;
+    if (!canFold(g, g.ops[i], *schema, opts)) {
+      if (schema->foldable)
+        if (auto e = broadcasts.visit(g, int32_t(i), opts)) return e;
+      continue;
+    }
     if (int32_t earlier = memo.find(g, g.ops[i]); earlier >= 0) {
       Op &op = g.ops[i];
       for (size_t k = 0; k < op.outputs.size(); ++k)

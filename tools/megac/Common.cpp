@@ -37,6 +37,10 @@ static cl::opt<std::string> Trainable("trainable", cl::desc("Regex of initialize
 static cl::opt<std::string> Frozen("frozen", cl::desc("Regex of initializer names to freeze"), cl::sub(importCmd()),
                                    cl::sub(forwardCmd()), cl::sub(optCmd()), cl::sub(gradCmd()), cl::sub(compileCmd()), cl::sub(trainCmd()));
 
+static cl::opt<int64_t> FoldLimit("fold-limit",
+                                  cl::desc("Largest tensor (elements) specialize folds whole (default 2^28)"),
+                                  cl::init(int64_t(1) << 28), cl::sub(optCmd()), cl::Hidden);
+
 int reportError(llvm::Error e) {
   llvm::handleAllErrors(std::move(e), [](const llvm::ErrorInfoBase &info) {
     llvm::WithColor::error(llvm::errs(), "megac") << info.message() << "\n";
@@ -63,6 +67,8 @@ llvm::Expected<ModelFlags> modelFlags() {
   }
   f.passes.trainable = Trainable;
   f.passes.frozen = Frozen;
+  if (FoldLimit < 1) return flagError("--fold-limit must be positive (got " + llvm::Twine(FoldLimit) + ")");
+  f.passes.foldLimit = FoldLimit;
   return f;
 }
 
