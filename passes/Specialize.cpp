@@ -45,21 +45,32 @@ static bool canFold(Graph &g, const Op &op, const OpSchema &schema, const PassOp
 // mask, not one per layer (405B at seq 4096: 126 x 64 MiB per sequence).
 class FoldMemo {
 public:
-  // An earlier fold of the same op on equal inputs, or -1.
-  int32_t find(const Graph &g, const Op &op) const {
-    auto it = byKey_.find(key(g, op));
-    if (it == byKey_.end()) return -1;
-    for (int32_t earlier : it->second)
-      if (same(g, g.ops[size_t(earlier)], op)) return earlier;
-    return -1;
+  // The results of an earlier fold of `type` with `attrs` on inputs equal to
+  // `inputs` (with outputs where `outputs` has them), or nullptr.
+  const std::vector<ValueId> *find(const Graph &g, const std::string &type, const Attrs &attrs,
+                                   const std::vector<ValueId> &inputs, const std::vector<ValueId> &outputs) const {
+    auto it = byKey_.find(key(g, type, inputs));
+    if (it == byKey_.end()) return nullptr;
+    for (const Entry &e : it->second)
+      if (e.type == type && e.attrs == attrs && sameInputs(g, e.inputs, inputs) && samePresence(e.results, outputs))
+        return &e.results;
+    return nullptr;
   }
-  void add(const Graph &g, int32_t opIndex) { byKey_[key(g, g.ops[size_t(opIndex)])].push_back(opIndex); }
+  void add(const Graph &g, const std::string &type, const Attrs &attrs, const std::vector<ValueId> &inputs,
+           const std::vector<ValueId> &results) {
+    byKey_[key(g, type, inputs)].push_back({type, attrs, inputs, results});
+  }
 
 private:
+  struct Entry {
+    std::string type;
+    Attrs attrs;
+    std::vector<ValueId> inputs, results;
+  };
   // Type, input types and a sample of each input's bytes (equality is then checked in full).
-  static uint64_t key(const Graph &g, const Op &op) {
-    uint64_t h = fnv1a(kFnvOffset, op.type.data(), op.type.size());
-    for (ValueId in : op.inputs) {
+  static uint64_t key(const Graph &g, const std::string &type, const std::vector<ValueId> &inputs) {
+    uint64_t h = fnv1a(kFnvOffset, type.data(), type.size());
+    for (ValueId in : inputs) {
       if (in == kNoValue) {
         h = fnv1a(h, "-", 1);
         continue;
@@ -74,24 +85,24 @@ private:
     }
     return h;
   }
-  static bool sameInput(const Graph &g, ValueId a, ValueId b) {
-    if (a == b) return true;
-    if (a == kNoValue || b == kNoValue) return false;
-    const Value &x = g.value(a), &y = g.value(b);
-    if (x.type != y.type || !x.data || !y.data) return false;
-    return std::memcmp(x.data->raw(), y.data->raw(), x.data->nbytes()) == 0;
-  }
-  static bool same(const Graph &g, const Op &a, const Op &b) {
-    if (a.type != b.type || !(a.attrs == b.attrs) || a.inputs.size() != b.inputs.size() ||
-        a.outputs.size() != b.outputs.size())
-      return false;
-    for (size_t k = 0; k < a.inputs.size(); ++k)
-      if (!sameInput(g, a.inputs[k], b.inputs[k])) return false;
-    for (size_t k = 0; k < a.outputs.size(); ++k)
-      if ((a.outputs[k] == kNoValue) != (b.outputs[k] == kNoValue)) return false;
+  static bool sameInputs(const Graph &g, const std::vector<ValueId> &a, const std::vector<ValueId> &b) {
+    if (a.size() != b.size()) return false;
+    for (size_t k = 0; k < a.size(); ++k) {
+      if (a[k] == b[k]) continue;
+      if (a[k] == kNoValue || b[k] == kNoValue) return false;
+      const Value &x = g.value(a[k]), &y = g.value(b[k]);
+      if (x.type != y.type || !x.data || !y.data || std::memcmp(x.data->raw(), y.data->raw(), x.data->nbytes()) != 0)
+        return false;
+    }
     return true;
   }
-  std::unordered_map<uint64_t, std::vector<int32_t>> byKey_;
+  static bool samePresence(const std::vector<ValueId> &a, const std::vector<ValueId> &b) {
+    if (a.size() != b.size()) return false;
+    for (size_t k = 0; k < a.size(); ++k)
+      if ((a[k] == kNoValue) != (b[k] == kNoValue)) return false;
+    return true;
+  }
+  std::unordered_map<uint64_t, std::vector<Entry>> byKey_;
 };
 
 // Values too large to fold that are a small constant broadcast: the output
@@ -103,6 +114,8 @@ private:
 // batch.
 class BroadcastFolder {
 public:
+  explicit BroadcastFolder(FoldMemo &memo) : memo_(memo) {}
+
   // Registers or rewrites op i when its output is over the fold limit. Any
   // error is the op's own (as folding it would have given).
   llvm::Error visit(Graph &g, int32_t i, const PassOptions &opts) {
@@ -133,42 +146,20 @@ public:
       if (!broadcastInto(r, g.type(s).shape)) return llvm::Error::success();
     }
     if (numElements(r) > opts.foldLimit) return llvm::Error::success();
-    if (ValueId earlier = findEarlier(g, op, smalls); earlier != kNoValue) {
-      becomeExpand(g, i, earlier);
+    if (const std::vector<ValueId> *earlier = memo_.find(g, op.type, op.attrs, smalls, op.outputs)) {
+      becomeExpand(g, i, (*earlier)[0]);
       return llvm::Error::success();
     }
     Tensor result(g.type(out).dtype, r);
     cpu::KernelContext ctx{op.attrs, ins, {&result}};
     if (auto e = cpu::runKernel(op.type, ctx)) return opError(g, op, llvm::toString(std::move(e)));
     ValueId small = g.addConst(g.value(out).name + ".small", std::move(result));
-    done_.push_back({g.ops[size_t(i)].type, g.ops[size_t(i)].attrs, smalls, small});
+    memo_.add(g, g.ops[size_t(i)].type, g.ops[size_t(i)].attrs, smalls, {small});
     becomeExpand(g, i, small);
     return llvm::Error::success();
   }
 
 private:
-  struct Done {
-    std::string type;
-    Attrs attrs;
-    std::vector<ValueId> inputs;
-    ValueId result;
-  };
-  static bool equalConst(Graph &g, ValueId a, ValueId b) {
-    if (a == b) return true;
-    const Tensor *x = g.constValue(a), *y = g.constValue(b);
-    return x && y && g.type(a) == g.type(b) && std::memcmp(x->raw(), y->raw(), x->nbytes()) == 0;
-  }
-  // The result of an earlier op of the same kind on equal small inputs (the
-  // mask of every layer), or kNoValue.
-  ValueId findEarlier(Graph &g, const Op &op, const std::vector<ValueId> &smalls) const {
-    for (const Done &d : done_) {
-      if (d.type != op.type || !(d.attrs == op.attrs) || d.inputs.size() != smalls.size()) continue;
-      bool same = true;
-      for (size_t k = 0; k < smalls.size() && same; ++k) same = equalConst(g, d.inputs[k], smalls[k]);
-      if (same) return d.result;
-    }
-    return kNoValue;
-  }
   // v with every dim along which all its slices are equal cut to size 1 (an
   // index table repeated over the batch); v itself when there is none.
   static ValueId shrunk(Graph &g, ValueId v) {
@@ -248,13 +239,13 @@ private:
       "Add",  "Sub",   "Mul",     "Div",   "Where", "And",          "Or",          "Xor",
       "Not",  "Equal", "Less",    "LessOrEqual", "Greater", "GreaterOrEqual", "Cast", "Neg",
       "Abs",  "Max",   "Min",     "IsInf", "IsNaN", "Identity"};
+  FoldMemo &memo_;
   std::unordered_map<ValueId, ValueId> small_; // full-size value -> its small constant
-  std::vector<Done> done_;
 };
 
 llvm::Error specialize(Graph &g, const PassOptions &opts) {
   FoldMemo memo;
-  BroadcastFolder broadcasts;
+  BroadcastFolder broadcasts(memo);
   for (size_t i = 0; i < g.ops.size(); ++i) {
     if (g.ops[i].dead) continue;
     const OpSchema *schema = lookupOpSchema(g.ops[i].type);
@@ -277,10 +268,11 @@ llvm::Error specialize(Graph &g, const PassOptions &opts) {
         if (auto e = broadcasts.visit(g, int32_t(i), opts)) return e;
       continue;
     }
-    if (int32_t earlier = memo.find(g, g.ops[i]); earlier >= 0) {
+    if (const std::vector<ValueId> *earlier =
+            memo.find(g, g.ops[i].type, g.ops[i].attrs, g.ops[i].inputs, g.ops[i].outputs)) {
       Op &op = g.ops[i];
       for (size_t k = 0; k < op.outputs.size(); ++k)
-        if (op.outputs[k] != kNoValue) g.replaceAllUses(op.outputs[k], g.ops[size_t(earlier)].outputs[k]);
+        if (op.outputs[k] != kNoValue) g.replaceAllUses(op.outputs[k], (*earlier)[k]);
       op.dead = true;
       continue;
     }
@@ -308,7 +300,7 @@ llvm::Error specialize(Graph &g, const PassOptions &opts) {
       v.producer = -1;
     }
     op.dead = true;
-    memo.add(g, int32_t(i));
+    memo.add(g, op.type, op.attrs, op.inputs, op.outputs);
   }
   g.compact();
   return llvm::Error::success();
