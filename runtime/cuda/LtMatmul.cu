@@ -258,7 +258,7 @@ llvm::Expected<bool> runChunk(GpuContext &ctx, const LtGemm &g, const void *a, c
   auto it = cache.find(key);
   if (it == cache.end()) {
     auto plan = std::make_unique<Plan>();
-    if (auto e = buildPlan(key, ctx.mode, g.bias, *plan)) return std::move(e);
+    if (auto e = buildPlan(key, ctx.mode, g.bias, *plan)) return std::move(e); // nvcc needs the move
     if (cache.size() >= kMaxCachedPlans) cache.clear();
     it = cache.emplace(key, std::move(plan)).first;
   }
@@ -356,7 +356,7 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   bool bf16 = false;
   const Stored sa = storedA(g), sb = storedB(g);
   if (ctx.mode == ComputeMode::BF16 && g.scratch &&
-      size_t(align128(sa.packedElems()) + align128(sb.packedElems())) * 2 <= g.scratchBytes &&
+      size_t(plan::bf16PackBytes(sa.packedElems(), sb.packedElems())) <= g.scratchBytes &&
       2.0 * double(g.m) * double(g.n) * double(g.k) * double(g.batch) >= kMinBf16PackFlops) {
     auto *pa = static_cast<__nv_bfloat16 *>(g.scratch);
     auto *pb = pa + align128(sa.packedElems());
@@ -387,8 +387,5 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   return llvm::Error::success();
 }
 
-size_t ltBf16PackBytes(int64_t elemsA, int64_t elemsB) {
-  return size_t(align128(elemsA) + align128(elemsB)) * 2;
-}
 
 } // namespace megac::cuda

@@ -49,9 +49,8 @@ struct LtGemm {
   size_t scratchBytes = 0;
 };
 
-// Scratch that lets ltMatmul pack operands of at most elemsA and elemsB
-// elements (as stored, strides included) to bf16.
-size_t ltBf16PackBytes(int64_t elemsA, int64_t elemsB);
+// plan::bf16PackBytes(elemsA, elemsB) of scratch lets ltMatmul pack operands
+// of at most that many elements (as stored, strides included) to bf16.
 
 llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &g);
 

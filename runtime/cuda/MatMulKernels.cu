@@ -4,6 +4,7 @@
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuKernel.h"
 #include "runtime/cuda/LtMatmul.h"
+#include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>
 
@@ -144,7 +145,7 @@ llvm::Error matMulKernel(GpuKernelContext &ctx) {
 size_t matMulWorkspace(const GpuKernelContext &ctx) {
   const DeviceTensor *a = ctx.input(0), *b = ctx.input(1);
   if (!a || !b || ctx.gpu.mode != ComputeMode::BF16) return 0;
-  return ltBf16PackBytes(a->numel(), b->numel());
+  return size_t(plan::bf16PackBytes(a->numel(), b->numel()));
 }
 
 // --- Gemm: Y = alpha * op(A) * op(B) + beta * C ---

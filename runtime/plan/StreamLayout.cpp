@@ -91,11 +91,11 @@ int64_t gemmPackBytes(const Program &p) {
     if (id < 0 || id >= p.values_size()) return 0;
     int64_t n = 1;
     for (int64_t d : p.values(id).type().shape()) n *= d;
-    return (n + 127) / 128 * 128;
+    return n;
   };
   for (const Program::Op &op : p.ops())
     if ((op.type() == "MatMul" || op.type() == "Gemm") && op.inputs_size() >= 2)
-      most = std::max(most, 2 * (elems(op.inputs(0)) + elems(op.inputs(1))));
+      most = std::max(most, bf16PackBytes(elems(op.inputs(0)), elems(op.inputs(1))));
   return most;
 }
 

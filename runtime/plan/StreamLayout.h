@@ -45,6 +45,11 @@ int64_t attentionScoreBytes(const Program &p); // the largest of one program, x2
 // Products of at least this many flops have their operands packed to bf16
 // in bf16 plans (runtime/cuda/LtMatmul.cu); smaller ones take fp32 operands.
 inline constexpr double kMinBf16PackFlops = double(1 << 26);
+// The scratch holding bf16 copies of operands of elemsA and elemsB elements
+// (each copy 256-byte aligned): what the runtime's MatMul/Gemm kernels ask.
+inline int64_t bf16PackBytes(int64_t elemsA, int64_t elemsB) {
+  return ((elemsA + 127) / 128 * 128 + (elemsB + 127) / 128 * 128) * 2;
+}
 int64_t gemmPackBytes(const Program &p);       // bf16 copies of the largest MatMul/Gemm's operands
 int64_t workspaceBudgetBytes(const Plan &p);
 
