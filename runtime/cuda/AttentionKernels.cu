@@ -24,6 +24,7 @@
 // bf16 copies, they fall back to the path above.
 #include "runtime/cpu/NormAttentionShapes.h"
 #include "runtime/cuda/CudaCheck.h"
+#include "runtime/cuda/WorkspaceCarver.h"
 #include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/GpuKernel.h"
 #include "runtime/cuda/LtMatmul.h"
@@ -372,24 +373,6 @@ std::optional<SdpaShape> cudnnShape(const GpuKernelContext &ctx, const InputSlot
   return s;
 }
 
-// Carves 256-byte aligned float buffers out of the workspace (or only counts
-// bytes when base is null).
-class Carver {
-public:
-  explicit Carver(void *base) : base_(static_cast<char *>(base)) {}
-  float *take(int64_t floats) {
-    if (floats <= 0) return nullptr;
-    float *p = base_ ? reinterpret_cast<float *>(base_ + used_) : nullptr;
-    used_ += (size_t(floats) * sizeof(float) + 255) / 256 * 256;
-    return p;
-  }
-  size_t used() const { return used_; }
-
-private:
-  char *base_;
-  size_t used_ = 0;
-};
-
 // --- Attention ---
 
 struct ForwardBuffers {
@@ -399,7 +382,7 @@ struct ForwardBuffers {
 // Scores always; packed Q and Y for 3-D inputs; packed K/V for 3-D inputs or
 // a past cache (present_key/present_value are used instead when requested,
 // but the space is reserved regardless so the size does not depend on them).
-ForwardBuffers carveForward(Carver &c, const AttentionDims &d) {
+ForwardBuffers carveForward(WorkspaceCarver &c, const AttentionDims &d) {
   const bool packKV = d.is3D || d.pastSeq > 0;
   ForwardBuffers f;
   f.scores = c.take(d.batch * d.qHeads * d.qSeq * d.totalSeq);
@@ -422,7 +405,7 @@ size_t attentionWorkspace(const GpuKernelContext &ctx) {
   }
   if (auto s = cudnnShape(ctx, kForwardSlots, *d, true))
     if (size_t n = cudnnSdpaWorkspace(ctx.gpu, *s, false)) return n;
-  Carver c(nullptr);
+  WorkspaceCarver c(nullptr);
   carveForward(c, *d);
   return c.used();
 }
@@ -464,7 +447,7 @@ llvm::Error attentionKernel(GpuKernelContext &ctx) {
     if (!ran) return gpuKernelError(op, llvm::toString(ran.takeError()));
     if (*ran) return llvm::Error::success();
   }
-  Carver carver(ctx.workspace);
+  WorkspaceCarver carver(ctx.workspace);
   const ForwardBuffers buf = carveForward(carver, d);
   if (carver.used() > ctx.workspaceBytes) return gpuKernelError(op, "workspace is smaller than asked for");
 
@@ -517,7 +500,7 @@ struct GradBuffers {
   float *dQ, *dK, *dV;          // packed gradients (3-D only)
 };
 
-GradBuffers carveGrad(Carver &c, const AttentionDims &d) {
+GradBuffers carveGrad(WorkspaceCarver &c, const AttentionDims &d) {
   const int64_t B = d.batch, H = d.qHeads, KVH = d.kvHeads, S = d.qSeq, T = d.totalSeq;
   GradBuffers g{};
   g.probs = c.take(B * H * S * T);
@@ -544,7 +527,7 @@ size_t attentionGradWorkspace(const GpuKernelContext &ctx) {
   }
   if (auto s = cudnnShape(ctx, kGradSlots, *d, false))
     if (size_t n = cudnnSdpaWorkspace(ctx.gpu, *s, true)) return n;
-  Carver c(nullptr);
+  WorkspaceCarver c(nullptr);
   carveGrad(c, *d);
   return c.used();
 }
@@ -586,7 +569,7 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
     if (!ran) return gpuKernelError(op, llvm::toString(ran.takeError()));
     if (*ran) return llvm::Error::success();
   }
-  Carver carver(ctx.workspace);
+  WorkspaceCarver carver(ctx.workspace);
   const GradBuffers buf = carveGrad(carver, d);
   if (carver.used() > ctx.workspaceBytes) return gpuKernelError(op, "workspace is smaller than asked for");
 

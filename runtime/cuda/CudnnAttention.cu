@@ -17,6 +17,7 @@
 #include "runtime/cuda/CudnnAttention.h"
 
 #include "runtime/cuda/CudaCheck.h"
+#include "runtime/cuda/WorkspaceCarver.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -112,22 +113,6 @@ template <class From, class To> llvm::Error convert(cudaStream_t stream, const C
 
 // --- Workspace layout ---
 
-// Carves 256-byte aligned buffers (or only counts bytes when base is null).
-class Carver {
-public:
-  explicit Carver(void *base) : base_(static_cast<char *>(base)) {}
-  template <class T> T *take(int64_t count) {
-    T *p = base_ ? reinterpret_cast<T *>(base_ + used_) : nullptr;
-    used_ += (size_t(std::max<int64_t>(count, 0)) * sizeof(T) + 255) / 256 * 256;
-    return p;
-  }
-  size_t used() const { return used_; }
-
-private:
-  char *base_;
-  size_t used_ = 0;
-};
-
 struct Buffers {
   __nv_bfloat16 *q = nullptr, *k = nullptr, *v = nullptr, *o = nullptr; // bf16 copies, the layout of the f32 ones
   __nv_bfloat16 *dO = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
@@ -137,7 +122,7 @@ struct Buffers {
   void *dnn = nullptr;      // cuDNN's own workspace
 };
 
-Buffers carve(Carver &c, const SdpaShape &s, bool backward, int64_t dnnBytes) {
+Buffers carve(WorkspaceCarver &c, const SdpaShape &s, bool backward, int64_t dnnBytes) {
   const int64_t B = s.batch, H = s.qHeads, K = s.kvHeads, S = s.seq, D = s.headDim, Dv = s.vHeadDim;
   Buffers b;
   b.q = c.take<__nv_bfloat16>(B * H * S * D);
@@ -696,7 +681,7 @@ std::string cudnnSdpaShapeProblem(const SdpaShape &s) {
 size_t cudnnSdpaWorkspace(GpuContext &ctx, const SdpaShape &s, bool backward) {
   const CachedPlan *fwd = nullptr, *bwd = nullptr;
   if (!plansFor(ctx, s, backward, &fwd, &bwd)) return 0;
-  Carver c(nullptr);
+  WorkspaceCarver c(nullptr);
   carve(c, s, backward, dnnWorkspace(fwd, bwd));
   return c.used();
 }
@@ -705,7 +690,7 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
                                       const float *v, float *y, void *workspace, size_t workspaceBytes) {
   const CachedPlan *fwd = nullptr, *bwd = nullptr;
   if (!plansFor(ctx, s, false, &fwd, &bwd)) return false;
-  Carver c(workspace);
+  WorkspaceCarver c(workspace);
   const Buffers b = carve(c, s, false, dnnWorkspace(fwd, bwd));
   if (!fits(fwd, s, false, c.used(), workspaceBytes)) return false;
   if (llvm::Error e = enqueueForward(ctx, s, *fwd, b, q, k, v, y)) return llvm::Expected<bool>(std::move(e));
@@ -718,7 +703,7 @@ llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, cons
                                        void *workspace, size_t workspaceBytes) {
   const CachedPlan *fwd = nullptr, *bwd = nullptr;
   if (!plansFor(ctx, s, true, &fwd, &bwd)) return false;
-  Carver c(workspace);
+  WorkspaceCarver c(workspace);
   const Buffers b = carve(c, s, true, dnnWorkspace(fwd, bwd));
   if (!fits(bwd, s, true, c.used(), workspaceBytes)) return false;
   if (llvm::Error e = enqueueBackward(ctx, s, *fwd, *bwd, b, dy, q, k, v, dq, dk, dv))
