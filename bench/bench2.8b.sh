@@ -9,7 +9,6 @@
 # It needs, carried into the repo (ignored paths):
 #   BUILD_DIR                 megac built with CUDA (e.g. .dev/build-cuda)
 #   .bench/bench2.8b.onnx     bench/export_bench_model.py .bench/bench2.8b.onnx --model bench2.8b
-#   .bench/peer_pytorch.py    a copy of ../shared/tools/peer_pytorch.py
 # Results in $OUT: megac_steps.jsonl, baseline_gpu.json, baseline_fsdp_fused.json, bench2.8b.json,
 # and the table on stdout. The plan (~270 MB) stays in $WORK (default /tmp/megac-bench) so it
 # does not travel back. About 3-4 minutes of device time; every stage has its own time limit (670 s in all at most).
@@ -27,7 +26,7 @@ PY=${PY:-/opt/torch/.venv/bin/python}
 MEGAC_RUN_FLAGS=${MEGAC_RUN_FLAGS:-}
 STEPS=${STEPS:-6}
 MODEL=.bench/bench2.8b.onnx
-PEER=.bench/peer_pytorch.py
+PEER=bench/peer_pytorch.py
 # cuDNN 9 (megac's bf16 attention) comes with torch on the GPU machine.
 CUDNN_LIB=${CUDNN_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib}
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$CUDNN_LIB:${LD_LIBRARY_PATH:-}

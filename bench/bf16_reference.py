@@ -2,8 +2,8 @@
 megac's bf16 mode (issue 5: megac's five-step trajectory must be no farther from the fp32
 reference than PyTorch's bf16-autocast one, times 1.5).
 
-For each fixture folder test/data/<name> with a meta.json (written by
-../shared/tools/export_hf.py), this rebuilds the same Hugging Face model (config from
+For each fixture folder test/data/<name> with a meta.json (written by the exporter that
+made the fixtures), this rebuilds the same Hugging Face model (config from
 meta.json, seed 0, norm scales and biases perturbed the same way), then loads the fixture's
 own ONNX initializers into it (through meta.json's initializer_map, transposing where marked;
 by exact content match where there is no map), so the weights are the fixture's bit for bit

@@ -5,14 +5,13 @@ values, computed on the CPU from the config. megac can then compile the file and
 `--init` (megac draws the weights), which a purely shapes-only file cannot: megac needs the
 buffer's values to fold the rotary tables.
 
-The export recipe is the one of ../shared/tools/export_shapes_only.py (checked on the GPU
-machine, torch 2.11 + transformers 5.17): model built on the meta device, dynamo exporter with
+The export recipe (checked on the GPU machine, torch 2.11 + transformers 5.17): model built on the meta device, dynamo exporter with
 optimize=False (optimize=True fails on meta tensors), saved with include_initializers=False and
 keep_initializers_as_inputs=True (without the latter the weights lose their shapes), an example
 batch of at least 2 (or the batch dim is specialized to 1), sdpa attention. Presets use the
 public models' dimensions; the rotary parameters are the public configs' too (Llama-3.1: theta
 500000 with the "llama3" frequency scaling; Qwen2.5: theta 1e6). bench2.8b keeps transformers'
-default rope, like the PyTorch peer (../shared/tools/peer_pytorch.py) it is compared with.
+default rope, like the PyTorch peer (bench/peer_pytorch.py) it is compared with.
 
 Needs torch and transformers (not part of tools/setup.sh; CI does not run this).
 Usage: export_bench_model.py OUT.onnx --model bench2.8b [--layers N]
