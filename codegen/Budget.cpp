@@ -6,6 +6,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <iterator>
 #include <map>
 
 namespace megac::codegen {
@@ -69,9 +70,10 @@ llvm::Error overBudgetError(const plan::Plan &p, const DeviceBytesAt &deviceByte
     k.second += r.bytes();
   }
   static const char *const labels[] = {"weight slots", "grad slots", "checkpoints", "activation gradients",
-                                       "arena (program temporaries)", "workspace", "data", "constants"};
+                                       "arena (program temporaries)", "workspace", "data", "constants",
+                                       "saved activations"};
   for (const auto &[kind, nb] : byKind)
-    os << "  " << (kind >= 0 && kind < 8 ? labels[kind] : "other") << ": " << bytesText(nb.second) << " in "
+    os << "  " << (kind >= 0 && kind < int(std::size(labels)) ? labels[kind] : "other") << ": " << bytesText(nb.second) << " in "
        << nb.first << (nb.first == 1 ? " region\n" : " regions\n");
   os << "  (checkpoints and activation gradients share bytes where their lifetimes allow)\n";
   auto fits = [&](int64_t batch, int64_t seq) {

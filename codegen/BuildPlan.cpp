@@ -1,5 +1,6 @@
 #include "codegen/BuildPlan.h"
 
+#include "codegen/KeepPrograms.h"
 #include "codegen/PlanMemory.h"
 #include "passes/Pass.h"
 #include "runtime/core/Hash.h"
@@ -268,7 +269,9 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
       t->set_num_activation_outputs(int32_t(ug.actOut.size()));
       *t->mutable_forward() = std::move(*fwd);
       // Backward: forward recomputation plus gradients.
+      const Graph forwardGraph = ug.g;
       Graph &bg = ug.g;
+      const size_t numForwardOps = bg.ops.size();
       std::vector<ValueId> seeds;
       for (ValueId o : ug.actOut) {
         Value s;
@@ -299,6 +302,8 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
       auto bwd = toProgram(bg, bwdArgs, results);
       if (!bwd) return bwd.takeError();
       *t->mutable_backward() = std::move(*bwd);
+      if (auto e = addKeepPrograms({&forwardGraph, &bg, numForwardOps, fwdArgs, ug.actOut, bwdArgs, results}, *t))
+        return std::move(e);
       tid = int32_t(plan.templates_size() - 1);
       templateByKey[keyBytes] = tid;
     }

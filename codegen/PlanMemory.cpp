@@ -1,16 +1,19 @@
 #include "codegen/PlanMemory.h"
 
 #include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/UnitPrograms.h"
 
 namespace megac::codegen {
 
 llvm::Error assignArenas(plan::Plan &plan) {
-  for (plan::Template &t : *plan.mutable_templates())
-    for (bool fwd : {true, false})
-      if (auto e = plan::assignArena(fwd ? *t.mutable_forward() : *t.mutable_backward()))
+  for (plan::Template &t : *plan.mutable_templates()) {
+    std::vector<plan::Program *> programs = plan::mutableTemplatePrograms(t);
+    for (size_t i = 0; i < programs.size(); ++i)
+      if (auto e = plan::assignArena(*programs[i]))
         return llvm::createStringError(llvm::inconvertibleErrorCode(), "memory plan of template '" + t.name() + "' " +
-                                                                           (fwd ? "forward" : "backward") + ": " +
+                                                                           plan::programRoleName(int(i)) + ": " +
                                                                            llvm::toString(std::move(e)));
+  }
   return llvm::Error::success();
 }
 

@@ -2,6 +2,7 @@
 
 #include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
 
@@ -201,8 +202,15 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
     }
     addRegion(s, DeviceRegion::ACTIVATION_GRAD, a, bytes, gradFirst, bwdAt[size_t(pu)]);
   }
+  // A unit that keeps its activations holds its saved values from its
+  // FORWARD to its BACKWARD.
+  for (int u = 0; u < N; ++u)
+    if (plan::keepsActivations(p, u))
+      addRegion(s, DeviceRegion::SAVED, u, plan::savedLayout(p.templates(p.units(u).template_id())).bytes,
+                fwdAt[size_t(u)], bwdAt[size_t(u)]);
   int64_t arena = 0;
-  for (const plan::Template &t : p.templates()) arena = std::max({arena, t.forward().arena_bytes(), t.backward().arena_bytes()});
+  for (const plan::Template &t : p.templates())
+    for (const plan::Program *prog : plan::templatePrograms(t)) arena = std::max(arena, prog->arena_bytes());
   addRegion(s, DeviceRegion::ARENA, 0, arena, 0, last);
   addRegion(s, DeviceRegion::WORKSPACE, 0, plan::workspaceBudgetBytes(p), 0, last);
   addRegion(s, DeviceRegion::CONSTANTS, 0, plan::constantsLayout(p).bytes, 0, last);

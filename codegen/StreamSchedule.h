@@ -7,11 +7,20 @@
 
 namespace megac::codegen {
 
+// Which units recompute their forward in the backward (codegen/RecomputePolicy.h).
+enum class Recompute {
+  All,  // every unit recomputes from its input checkpoint (the least memory; the default)
+  Auto, // keep the activations of as many units as the GPU budget holds, the most recompute saved per byte first
+  None, // every unit keeps its activations (over budget is an error)
+};
+
 struct ScheduleOptions {
   int weightSlots = 2; // K >= 2: prefetch runs K-1 units ahead of compute
   int gradSlots = 2;   // also the number of pinned host staging slots
   int64_t gpuBudgetBytes = plan::MachineProfile().usableGpuBytes(); // --gpu-mem
   int64_t hostBudgetBytes = 0; // --host-mem; 0: not checked
+  Recompute recompute = Recompute::All; // --recompute
+  plan::MachineProfile profile;          // the rates the recompute policy weighs units by (--profile)
 };
 
 // Fills plan.schedule. Needs the programs' arenas (assignArenas first).

@@ -5,6 +5,7 @@
 #include "runtime/cuda/OpTimer.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -15,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 namespace megac::cuda {
@@ -88,6 +90,8 @@ private:
 
   const plan::StreamSchedule *sched_ = nullptr;
   std::vector<GpuProgram> forward_, backward_;
+  std::map<size_t, GpuProgram> forwardKeep_, backwardKept_; // by template, where present
+  std::vector<plan::SavedLayout> saved_;                     // by template (empty without keep programs)
   std::vector<plan::WeightLayout> layouts_;
   std::vector<int64_t> hostBlock_; // per unit: element offset of its weights as one host block, or -1
   GpuContext gpu_;
@@ -255,14 +259,34 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
     if (!f) return f.takeError();
     auto b = GpuProgram::prepare(tp.backward(), "template '" + tp.name() + "' backward", gpu_.mode);
     if (!b) return b.takeError();
-    for (GpuProgram *g : {&*f, &*b}) {
+    std::vector<GpuProgram *> programs{&*f, &*b};
+    std::optional<GpuProgram> fk, bk;
+    if (plan::hasKeepPrograms(tp)) {
+      auto f2 = GpuProgram::prepare(tp.forward_keep(), "template '" + tp.name() + "' forward_keep", gpu_.mode);
+      if (!f2) return f2.takeError();
+      auto b2 = GpuProgram::prepare(tp.backward_kept(), "template '" + tp.name() + "' backward_kept", gpu_.mode);
+      if (!b2) return b2.takeError();
+      fk = std::move(*f2);
+      bk = std::move(*b2);
+      programs.push_back(&*fk);
+      programs.push_back(&*bk);
+    }
+    for (GpuProgram *g : programs) {
       constBytes += g->constantBytes();
       arenaNeed = std::max(arenaNeed, g->arenaBytes());
       workNeed = std::max(workNeed, g->workspaceBytes());
     }
     forward_.push_back(std::move(*f));
     backward_.push_back(std::move(*b));
+    saved_.push_back(fk ? plan::savedLayout(tp) : plan::SavedLayout{});
+    if (fk) {
+      forwardKeep_.emplace(forward_.size() - 1, std::move(*fk));
+      backwardKept_.emplace(backward_.size() - 1, std::move(*bk));
+    }
   }
+  for (const plan::Unit &u : plan_.units())
+    if (u.keep_activations() && !forwardKeep_.count(size_t(u.template_id())))
+      return err("unit '" + u.name() + "' keeps its activations, but its template has no keep programs");
   llvm::Error e = llvm::Error::success();
   plan::ConstantsLayout cl = plan::constantsLayout(plan_);
   if (cl.bytes < constBytes) return err("the plan's constants layout is smaller than its constants");
@@ -271,6 +295,10 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   for (size_t t = 0; t < forward_.size(); ++t) {
     if (auto e2 = forward_[t].bindConstants(consts, cl.forward[t], gpu_.stream)) return e2;
     if (auto e2 = backward_[t].bindConstants(consts, cl.backward[t], gpu_.stream)) return e2;
+    if (forwardKeep_.count(t)) {
+      if (auto e2 = forwardKeep_.at(t).bindConstants(consts, cl.forwardKeep[t], gpu_.stream)) return e2;
+      if (auto e2 = backwardKept_.at(t).bindConstants(consts, cl.backwardKept[t], gpu_.stream)) return e2;
+    }
   }
   arena_ = arenaNeed ? region(plan::DeviceRegion::ARENA, 0, arenaNeed, e) : device_;
   if (e) return e;
@@ -490,8 +518,17 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     case plan::StreamAction::FORWARD:
     case plan::StreamAction::BACKWARD: {
       const bool fwd = a.kind() == plan::StreamAction::FORWARD;
-      const GpuProgram &prog = (fwd ? forward_ : backward_)[size_t(unit.template_id())];
+      const size_t tid = size_t(unit.template_id());
+      const bool keep = unit.keep_activations();
+      const GpuProgram &prog = keep ? (fwd ? forwardKeep_ : backwardKept_).at(tid) : (fwd ? forward_ : backward_)[tid];
       const plan::Template &tp = plan_.templates(unit.template_id());
+      // A keeping unit's saved values: its FORWARD writes them, its BACKWARD reads them.
+      std::vector<void *> savedPtrs;
+      if (keep) {
+        uint8_t *base = region(plan::DeviceRegion::SAVED, a.unit(), saved_[tid].bytes, e);
+        if (e) return e;
+        for (int64_t off : saved_[tid].offsets) savedPtrs.push_back(base + off);
+      }
       uint8_t *slot = region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
       if (e) return e;
       std::vector<void *> args, results;
@@ -507,6 +544,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
           if (!b) return b.takeError();
           results.push_back(*b);
         }
+        results.insert(results.end(), savedPtrs.begin(), savedPtrs.end());
       } else {
         for (int32_t act : unit.activation_outputs()) {
           auto b = activationGradBuffer(act);
@@ -526,6 +564,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
         uint8_t *gslot = region(plan::DeviceRegion::GRAD_SLOT, a.grad_slot(), lay.bytes, e);
         if (e) return e;
         for (int k = 0; k < unit.parameters_size(); ++k) results.push_back(gslot + lay.offsets[size_t(k)]);
+        args.insert(args.end(), savedPtrs.begin(), savedPtrs.end());
       }
       if (auto e2 = prog.run(gpu_, arena_, workspace_, args, results))
         return err("unit '" + unit.name() + "': " + llvm::toString(std::move(e2)));

@@ -4,6 +4,7 @@
 #include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/PlanReport.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
 #include <cmath>
@@ -226,7 +227,7 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     unitWeightBytes.push_back(unitWeightLayout(p_, u).bytes);
     unitUpdateParams.push_back(updates);
   }
-  std::map<std::pair<int, bool>, ProgramWork> programs; // (template, backward)
+  std::map<std::pair<int, int>, ProgramWork> programs; // (template, backward + 2 x keeps activations)
   for (const StreamAction &a : s_.actions()) {
     ActionTiming t;
     Work w;
@@ -244,12 +245,16 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     case StreamAction::BACKWARD: {
       bool backward = a.kind() == StreamAction::BACKWARD;
       int tid = p_.units(unit).template_id();
-      auto it = programs.find({tid, backward});
+      const bool keep = keepsActivations(p_, unit);
+      auto it = programs.find({tid, int(backward) + 2 * int(keep)});
       if (it == programs.end()) {
         const Template &tpl = p_.templates(tid);
-        auto pw = programWork(backward ? tpl.backward() : tpl.forward(), p_.compute() == "bf16");
+        const Program &prog = backward ? backwardProgram(p_, unit) : forwardProgram(p_, unit);
+        auto pw = programWork(prog, p_.compute() == "bf16");
         if (!pw) return err("template '" + tpl.name() + "': " + llvm::toString(pw.takeError()));
-        it = programs.emplace(std::make_pair(tid, backward), *pw).first;
+        // forward_keep copies its saved values out of the arena (read + write).
+        if (keep && !backward) pw->memoryBytes += 2.0 * double(savedLayout(tpl).bytes);
+        it = programs.emplace(std::make_pair(tid, int(backward) + 2 * int(keep)), *pw).first;
       }
       t.gemmFlops = it->second.gemmFlops;
       t.attentionFlops = it->second.attentionFlops;

@@ -2,6 +2,7 @@
 
 #include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
 #include <map>
@@ -323,11 +324,43 @@ private:
         if (gradFlows(c, pos)) gradFirst = std::min(gradFirst, bwdAt_[size_t(c)]);
       if (auto e = require(DeviceRegion::ACTIVATION_GRAD, a, bytes, gradFirst, bwdAt_[size_t(pu)], "the gradient of " + activationName(a))) return e;
     }
+    for (int u = 0; u < N_; ++u) {
+      if (!keepsActivations(p_, u)) continue;
+      const Template &t = p_.templates(p_.units(u).template_id());
+      if (auto e = keepProgramsAgree(t)) return e;
+      if (auto e = require(DeviceRegion::SAVED, u, savedLayout(t).bytes, fwdAt_[size_t(u)], bwdAt_[size_t(u)],
+                           "the saved activations of unit '" + p_.units(u).name() + "'"))
+        return e;
+    }
     int64_t arena = 0;
-    for (const Template &t : p_.templates()) arena = std::max({arena, t.forward().arena_bytes(), t.backward().arena_bytes()});
+    for (const Template &t : p_.templates())
+      for (const Program *prog : templatePrograms(t)) arena = std::max(arena, prog->arena_bytes());
     if (auto e = require(DeviceRegion::ARENA, 0, arena, 0, last, "the largest program arena")) return e;
     if (auto e = require(DeviceRegion::WORKSPACE, 0, workspaceBudgetBytes(p_), 0, last, "the kernels' workspace")) return e;
     if (auto e = require(DeviceRegion::CONSTANTS, 0, constantsLayout(p_).bytes, 0, last, "the templates' constants")) return e;
+    return llvm::Error::success();
+  }
+
+  // backward_kept takes what the backward takes plus forward_keep's saved
+  // values, with their types.
+  llvm::Error keepProgramsAgree(const Template &t) {
+    if (!hasKeepPrograms(t))
+      return violation("malformed plan", "template '" + t.name() + "' has a unit that keeps its activations but no keep programs");
+    const Program &f = t.forward_keep(), &b = t.backward_kept();
+    const int saved = f.results_size() - t.num_activation_outputs();
+    if (saved < 0 || b.arguments_size() != t.backward().arguments_size() + saved)
+      return violation("malformed plan", "template '" + t.name() + "': backward_kept takes " + llvm::Twine(b.arguments_size()) +
+                                             " arguments; the backward's " + llvm::Twine(t.backward().arguments_size()) +
+                                             " and " + llvm::Twine(saved) + " saved values expected");
+    auto typeOf = [](const Program &prog, int32_t v) -> std::string {
+      return v >= 0 && v < prog.values_size() ? prog.values(v).type().SerializeAsString() : std::string();
+    };
+    for (int i = 0; i < saved; ++i) {
+      int32_t fv = f.results(t.num_activation_outputs() + i), bv = b.arguments(t.backward().arguments_size() + i);
+      if (typeOf(f, fv).empty() || typeOf(f, fv) != typeOf(b, bv))
+        return violation("malformed plan", "template '" + t.name() + "': saved value " + llvm::Twine(i) +
+                                               " has another type in backward_kept than forward_keep writes");
+    }
     return llvm::Error::success();
   }
 
@@ -359,12 +392,14 @@ private:
 } // namespace
 
 llvm::Error checkPlan(const Plan &p) {
-  for (const Template &t : p.templates())
-    for (bool fwd : {true, false}) {
-      const Program &prog = fwd ? t.forward() : t.backward();
+  for (const Template &t : p.templates()) {
+    std::vector<const Program *> programs = templatePrograms(t);
+    for (size_t i = 0; i < programs.size(); ++i) {
+      const Program &prog = *programs[i];
       if (!p.has_schedule() && prog.arena_offsets_size() == 0) continue;
-      if (auto e = checkArena(prog, "template '" + t.name() + "' " + (fwd ? "forward" : "backward"))) return e;
+      if (auto e = checkArena(prog, "template '" + t.name() + "' " + programRoleName(int(i)))) return e;
     }
+  }
   if (!p.has_schedule()) return llvm::Error::success();
   return ScheduleChecker(p).run();
 }

@@ -2,6 +2,7 @@
 
 #include "runtime/core/DType.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -60,6 +61,7 @@ const char *deviceCategoryName(DeviceRegion::Kind k) {
   case DeviceRegion::WORKSPACE: return "workspace";
   case DeviceRegion::DATA: return "data";
   case DeviceRegion::CONSTANTS: return "constants";
+  case DeviceRegion::SAVED: return "saved activations";
   default: return "unknown";
   }
 }
@@ -139,6 +141,7 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
     for (const Program::Op &op : t.backward().ops()) ++tr.backwardOpHistogram[op.type()];
     tr.forwardConstantBytes = constantBytes(t.forward());
     tr.backwardConstantBytes = constantBytes(t.backward());
+    if (hasKeepPrograms(t)) tr.keptBackwardOps = t.backward_kept().ops_size();
     r.templates.push_back(std::move(tr));
   }
 
@@ -150,6 +153,9 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
     ur.templateId = u.template_id();
     for (int32_t q : u.parameters()) ur.parameters += p.parameters(q).numel();
     ur.weightBytes = 4 * ur.parameters; // fp32 on the host
+    ur.keepsActivations = u.keep_activations();
+    if (ur.keepsActivations && hasKeepPrograms(p.templates(u.template_id())))
+      ur.savedBytes = savedLayout(p.templates(u.template_id())).bytes;
     ++r.templates[size_t(u.template_id())].units;
     for (int32_t a : u.activation_inputs())
       if (p.activations(a).kind() == Activation::INTERMEDIATE) checkpoints.insert(a);
@@ -272,7 +278,7 @@ static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
   os << "\nGPU memory (one allocation; " << s.weightSlots << " weight slots, " << s.gradSlots << " grad slots):\n";
   for (const DeviceCategory &c : s.device) {
     std::string label = std::string(deviceCategoryName(c.kind)) + ":";
-    os << "  " << llvm::left_justify(label, 18);
+    os << "  " << llvm::left_justify(label, 19);
     printBytes(os, c.footprintBytes);
     os << ", " << c.regions << (c.regions == 1 ? " region" : " regions");
     if (c.sumBytes != c.footprintBytes) os << " (" << c.sumBytes << " bytes before sharing)";
@@ -329,7 +335,9 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
     const Unit &u = p.units(i);
     const UnitReport &ur = r.units[size_t(i)];
     os << "  " << ur.name << ": template " << r.templates[size_t(ur.templateId)].name << ", " << ur.parameters
-       << " parameters\n";
+       << " parameters";
+    if (ur.keepsActivations) os << ", keeps its activations (" << ur.savedBytes << " bytes saved)";
+    os << "\n";
     auto activations = [&](const char *label, const google::protobuf::RepeatedField<int32_t> &ids) {
       for (int32_t a : ids) {
         const Activation &act = p.activations(a);
@@ -353,6 +361,9 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
       sep = ", ";
     }
     os << "\n";
+    if (t.keptBackwardOps >= 0)
+      os << "    units that keep their activations run backward_kept: " << t.keptBackwardOps
+         << " ops (no recomputation)\n";
   }
 
   os << "\nparameters: " << m.parameters << " total\n";
@@ -469,6 +480,8 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
                                        {"template_id", ur.templateId},
                                        {"parameters", ur.parameters},
                                        {"weight_bytes", ur.weightBytes},
+                                       {"keeps_activations", ur.keepsActivations},
+                                       {"saved_bytes", ur.savedBytes},
                                        {"inputs", activations(p.units(i).activation_inputs())},
                                        {"outputs", activations(p.units(i).activation_outputs())}});
   }

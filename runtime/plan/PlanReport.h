@@ -19,6 +19,8 @@ struct UnitReport {
   int32_t templateId = -1;
   int64_t parameters = 0;  // elements of the parameters bound to the unit
   int64_t weightBytes = 0; // the same in fp32
+  bool keepsActivations = false; // the recompute policy's choice (else: recomputes its forward)
+  int64_t savedBytes = 0;        // GPU bytes of its saved values when it keeps them
 };
 
 struct TemplateReport {
@@ -29,6 +31,7 @@ struct TemplateReport {
   // Bytes of the CONSTANT values' data in each program (the backward
   // recomputes the forward, so constants appear in both).
   int64_t forwardConstantBytes = 0, backwardConstantBytes = 0;
+  int64_t keptBackwardOps = -1; // ops of backward_kept; -1 where no unit keeps its activations
 };
 
 // Memory and traffic of one optimizer step, in bytes.

@@ -2,6 +2,7 @@
 
 #include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
 
 namespace megac::plan {
 
@@ -22,13 +23,15 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
      << s.pinned_staging_bytes() << "\n";
   os << "device bytes: " << s.device_bytes() << " (budget " << s.gpu_budget_bytes() << ")\n";
   os << "arenas (bytes; the sum of their buffers; the peak bytes live):\n";
-  for (const Template &t : p.templates())
-    for (bool fwd : {true, false}) {
-      const Program &prog = fwd ? t.forward() : t.backward();
-      os << "  " << t.name() << (fwd ? " forward: " : " backward: ") << prog.arena_bytes();
+  for (const Template &t : p.templates()) {
+    std::vector<const Program *> programs = templatePrograms(t);
+    for (size_t i = 0; i < programs.size(); ++i) {
+      const Program &prog = *programs[i];
+      os << "  " << t.name() << " " << programRoleName(int(i)) << ": " << prog.arena_bytes();
       if (auto ap = planArena(prog)) os << "; " << ap->sumBytes << "; " << ap->lowerBound << "\n";
       else os << "; invalid program: " << llvm::toString(ap.takeError()) << "\n";
     }
+  }
   os << "events (" << s.events_size() << "):";
   for (const std::string &e : s.events()) os << " " << e;
   os << "\n";
@@ -39,6 +42,8 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
                         r.kind() == DeviceRegion::DATA;
     if (isActivation && r.index() >= 0 && r.index() < p.activations_size())
       os << " '" << p.activations(r.index()).name() << "'";
+    if (r.kind() == DeviceRegion::SAVED && r.index() >= 0 && r.index() < p.units_size())
+      os << " '" << p.units(r.index()).name() << "'";
     os << ": offset " << r.offset() << ", " << r.bytes() << " bytes, actions " << r.first_action() << ".."
        << r.last_action() << "\n";
   }
@@ -47,6 +52,8 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
     const StreamAction &a = s.actions(i);
     os << "  " << i << ": " << actionKindName(a.kind()) << " " << unitName(a.unit()) << " on "
        << streamName(a.stream());
+    if ((a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD) && keepsActivations(p, a.unit()))
+      os << " (keeps activations)";
     if (a.weight_slot() >= 0) os << " w" << a.weight_slot();
     if (a.grad_slot() >= 0 && a.kind() != StreamAction::UPDATE) os << " g" << a.grad_slot();
     if (a.grad_slot() >= 0 && a.kind() != StreamAction::BACKWARD) os << " s" << a.grad_slot(); // staging

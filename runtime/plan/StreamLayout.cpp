@@ -2,6 +2,7 @@
 
 #include "runtime/cpu/NormAttentionShapes.h"
 #include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
 
@@ -39,6 +40,9 @@ ConstantsLayout constantsLayout(const Plan &p) {
   for (const Template &t : p.templates()) {
     l.forward.push_back(placeConstants(t.forward(), l.bytes));
     l.backward.push_back(placeConstants(t.backward(), l.bytes));
+    const bool keep = hasKeepPrograms(t);
+    l.forwardKeep.push_back(keep ? placeConstants(t.forward_keep(), l.bytes) : std::vector<int64_t>{});
+    l.backwardKept.push_back(keep ? placeConstants(t.backward_kept(), l.bytes) : std::vector<int64_t>{});
   }
   return l;
 }
@@ -102,8 +106,10 @@ int64_t gemmPackBytes(const Program &p) {
 int64_t workspaceBudgetBytes(const Plan &p) {
   int64_t most = 0;
   for (const Template &t : p.templates()) {
-    most = std::max({most, attentionScoreBytes(t.forward()), attentionScoreBytes(t.backward())});
-    if (p.compute() == "bf16") most = std::max({most, gemmPackBytes(t.forward()), gemmPackBytes(t.backward())});
+    for (const Program *prog : templatePrograms(t)) {
+      most = std::max(most, attentionScoreBytes(*prog));
+      if (p.compute() == "bf16") most = std::max(most, gemmPackBytes(*prog));
+    }
   }
   return alignUp(most) + kGemmWorkspaceBytes;
 }
@@ -132,6 +138,7 @@ const char *regionKindName(DeviceRegion::Kind k) {
   case DeviceRegion::WORKSPACE: return "WORKSPACE";
   case DeviceRegion::DATA: return "DATA";
   case DeviceRegion::CONSTANTS: return "CONSTANTS";
+  case DeviceRegion::SAVED: return "SAVED";
   default: return "UNKNOWN_REGION";
   }
 }

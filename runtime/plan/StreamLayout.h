@@ -25,11 +25,13 @@ WeightLayout unitWeightLayout(const Plan &p, int unitIndex);
 int64_t largestUnitWeightBytes(const Plan &p);
 
 // The templates' constants in the CONSTANTS region: templates in order, each
-// forward then backward program, CONSTANT values in id order, each 256-byte
-// aligned; the runtime uploads them there once.
+// forward, backward, then (where present) forward_keep and backward_kept
+// program, CONSTANT values in id order, each 256-byte aligned; the runtime
+// uploads them there once.
 struct ConstantsLayout {
-  // [template][value id] -> byte offset in the region, -1 for other values.
-  std::vector<std::vector<int64_t>> forward, backward;
+  // [template][value id] -> byte offset in the region, -1 for other values
+  // (forwardKeep/backwardKept: empty for a template without those programs).
+  std::vector<std::vector<int64_t>> forward, backward, forwardKeep, backwardKept;
   int64_t bytes = 0;
 };
 ConstantsLayout constantsLayout(const Plan &p);

@@ -1,5 +1,7 @@
 #include "runtime/train/Trainer.h"
 
+#include "runtime/plan/UnitPrograms.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -18,7 +20,18 @@ llvm::Expected<std::unique_ptr<Trainer>> Trainer::create(const plan::Plan &plan)
     if (!b) return b.takeError();
     t->forward_.push_back(std::move(*f));
     t->backward_.push_back(std::move(*b));
+    if (plan::hasKeepPrograms(tp)) {
+      auto fk = PreparedProgram::prepare(tp.forward_keep(), "template '" + tp.name() + "' forward_keep");
+      if (!fk) return fk.takeError();
+      auto bk = PreparedProgram::prepare(tp.backward_kept(), "template '" + tp.name() + "' backward_kept");
+      if (!bk) return bk.takeError();
+      t->forwardKeep_.emplace(t->forward_.size() - 1, std::move(*fk));
+      t->backwardKept_.emplace(t->backward_.size() - 1, std::move(*bk));
+    }
   }
+  for (int u = 0; u < plan.units_size(); ++u)
+    if (plan.units(u).keep_activations() && !t->forwardKeep_.count(size_t(plan.units(u).template_id())))
+      return err("unit '" + plan.units(u).name() + "' keeps its activations, but its template has no keep programs");
   if (auto e = t->initHostState()) return std::move(e);
   return std::move(t);
 }
@@ -66,7 +79,8 @@ llvm::Expected<Tensor> Trainer::dataTensor(const plan::Activation &a, const Tens
 }
 
 llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, const Tensor &targets,
-                                                        std::vector<std::vector<Tensor>> *checkpoints) {
+                                                        std::vector<std::vector<Tensor>> *checkpoints,
+                                                        std::vector<std::vector<Tensor>> *saved) {
   std::vector<Tensor> acts(size_t(plan_.activations_size()));
   for (int i = 0; i < plan_.activations_size(); ++i) {
     const plan::Activation &a = plan_.activations(i);
@@ -77,29 +91,35 @@ llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, co
     }
   }
   if (checkpoints) checkpoints->assign(size_t(plan_.units_size()), {});
+  if (saved) saved->assign(size_t(plan_.units_size()), {});
   for (int u = 0; u < plan_.units_size(); ++u) {
     const plan::Unit &unit = plan_.units(u);
     std::vector<Tensor> args;
     for (int32_t a : unit.activation_inputs()) args.push_back(acts[size_t(a)]);
     if (checkpoints) (*checkpoints)[size_t(u)] = args;
     for (int32_t p : unit.parameters()) args.push_back(paramTensor(p));
-    auto outs = forward_[size_t(unit.template_id())].run(args);
+    // A unit that keeps its activations hands its backward the saved values
+    // (after its outputs); only when there is a backward to hand them to.
+    const bool keep = saved && unit.keep_activations();
+    const size_t tid = size_t(unit.template_id());
+    auto outs = keep ? forwardKeep_.at(tid).run(args) : forward_[tid].run(args);
     if (!outs) return err("unit '" + unit.name() + "': " + llvm::toString(outs.takeError()));
     for (int k = 0; k < unit.activation_outputs_size(); ++k) acts[size_t(unit.activation_outputs(k))] = (*outs)[size_t(k)];
+    if (keep) (*saved)[size_t(u)].assign(outs->begin() + unit.activation_outputs_size(), outs->end());
   }
   return acts;
 }
 
 llvm::Expected<double> Trainer::evalLoss(const Tensor &tokens, const Tensor &targets) {
-  auto acts = runForward(tokens, targets, nullptr);
+  auto acts = runForward(tokens, targets, nullptr, nullptr);
   if (!acts) return acts.takeError();
   return (*acts)[size_t(lossId_)].getAsDouble(0);
 }
 
 llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                 std::vector<float> *grads, float lr) {
-  std::vector<std::vector<Tensor>> checkpoints;
-  auto acts = runForward(tokens, targets, &checkpoints);
+  std::vector<std::vector<Tensor>> checkpoints, saved;
+  auto acts = runForward(tokens, targets, &checkpoints, &saved);
   if (!acts) return acts.takeError();
   double loss = (*acts)[size_t(lossId_)].getAsDouble(0);
   std::vector<Tensor> gacts(acts->size());
@@ -125,9 +145,12 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
       }
       args.push_back(g);
     }
-    auto res = backward_[size_t(unit.template_id())].run(args);
+    if (unit.keep_activations()) args.insert(args.end(), saved[size_t(u)].begin(), saved[size_t(u)].end());
+    auto res = unit.keep_activations() ? backwardKept_.at(size_t(unit.template_id())).run(args)
+                                       : backward_[size_t(unit.template_id())].run(args);
     if (!res) return err("unit '" + unit.name() + "' backward: " + llvm::toString(res.takeError()));
     checkpoints[size_t(u)].clear();
+    saved[size_t(u)].clear();
     size_t r = 0;
     for (int k = 0; k < unit.activation_inputs_size(); ++k) {
       if (!tp.input_has_gradient(k)) continue;

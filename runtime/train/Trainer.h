@@ -11,6 +11,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <map>
 #include <memory>
 
 namespace megac::runtime {
@@ -67,10 +68,14 @@ protected:
 
 private:
   Tensor paramTensor(int32_t id) const;
+  // `checkpoints`: each unit's activation inputs; `saved`: the saved values
+  // of units that keep their activations (both null: a forward only).
   llvm::Expected<std::vector<Tensor>> runForward(const Tensor &tokens, const Tensor &targets,
-                                                 std::vector<std::vector<Tensor>> *checkpoints);
+                                                 std::vector<std::vector<Tensor>> *checkpoints,
+                                                 std::vector<std::vector<Tensor>> *saved);
 
   std::vector<PreparedProgram> forward_, backward_;
+  std::map<size_t, PreparedProgram> forwardKeep_, backwardKept_; // by template, where present
 };
 
 } // namespace megac::runtime

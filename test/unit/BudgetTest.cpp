@@ -19,18 +19,22 @@ TEST(Budget, LargestFittingIsABinarySearch) {
 }
 
 namespace {
-llvm::Expected<plan::Plan> compileLlama(int64_t batch, int64_t seq, int64_t gpuBudget, int64_t hostBudget = 0) {
+llvm::Expected<plan::Plan> compileLlama(int64_t batch, int64_t seq, int64_t gpuBudget, int64_t hostBudget = 0,
+                                        codegen::Recompute recompute = codegen::Recompute::Auto) {
   frontend::ImportOptions io;
   io.batch = batch;
   io.seq = seq;
   codegen::CodegenOptions co;
   co.schedule.gpuBudgetBytes = gpuBudget;
   co.schedule.hostBudgetBytes = hostBudget;
+  co.schedule.recompute = recompute;
   return codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
 }
 
+// The least the plan needs: every unit recomputes (what --recompute auto
+// falls back to when nothing more fits).
 int64_t deviceBytes(int64_t batch, int64_t seq) {
-  auto p = compileLlama(batch, seq, int64_t(1) << 40);
+  auto p = compileLlama(batch, seq, int64_t(1) << 40, 0, codegen::Recompute::All);
   if (!p) {
     ADD_FAILURE() << llvm::toString(p.takeError());
     return 0;

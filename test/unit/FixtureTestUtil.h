@@ -72,12 +72,14 @@ inline std::unique_ptr<ir::Graph> importFixture(const std::string &model, const 
 
 // Compiles a fixture at the reference batch (2 x 16) with the fixtures'
 // optimizer: AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1).
-inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16") {
+inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16",
+                                     codegen::Recompute recompute = codegen::Recompute::All) {
   frontend::ImportOptions io;
   io.batch = 2;
   io.seq = 16;
   codegen::CodegenOptions co;
   co.compute = compute;
+  co.schedule.recompute = recompute;
   plan::Optimizer &o = co.optimizer;
   o.set_lr(1e-2f);
   o.set_beta1(0.9f);

@@ -188,7 +188,7 @@ TEST(PlanReport, Schedule) {
   ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
   ASSERT_TRUE(r->hasSchedule);
   const plan::ScheduleReport &s = r->schedule;
-  ASSERT_EQ(s.device.size(), 8u);
+  ASSERT_EQ(s.device.size(), 9u);
   auto category = [&](plan::DeviceRegion::Kind k) { return s.device[size_t(k)]; };
   EXPECT_EQ(category(plan::DeviceRegion::WEIGHT_SLOT).footprintBytes, 2048);
   EXPECT_EQ(category(plan::DeviceRegion::WEIGHT_SLOT).regions, 2);
@@ -219,7 +219,7 @@ TEST(PlanReport, Schedule) {
   plan::printPlanReport(p, *r, "x.plan", os);
   os.flush();
   for (const char *want : {"pinned gradient staging: 1536 bytes", "total:                   2940 bytes",
-                           "25.1282 bytes per parameter", "checkpoints:      768 bytes", "3 regions (1536 bytes before sharing)",
+                           "25.1282 bytes per parameter", "checkpoints:       768 bytes", "3 regions (1536 bytes before sharing)",
                            "peak (the allocation): 3328 bytes", "host to device (weights):   1024 bytes",
                            "predicted (cost model, profile: test machine), unvalidated", "step time: 1.024 s",
                            "bottleneck: H2D"})

@@ -2,6 +2,7 @@
 // megac run model.plan --data FILE --steps N [optimizer, data, checkpoint flags]
 // megac train MODEL.onnx --batch B --seq S ... (compile and run in one)
 #include "codegen/Compile.h"
+#include "codegen/RecomputePolicy.h"
 #include "frontend/TensorProto.h"
 #include "runtime/train/TrainLoop.h"
 #ifdef MEGAC_HAS_CUDA
@@ -32,6 +33,13 @@ static cl::opt<double> HostMem("host-mem", cl::desc("Host memory the plan may us
                                cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<int> WeightSlots("weight-slots", cl::desc("GPU weight slots K >= 2 (default 2)"), cl::init(2),
                                 cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> RecomputeFlag(
+    "recompute",
+    cl::desc("Which units recompute their forward in the backward: all (default: every unit recomputes from its "
+             "layer-boundary checkpoint; the least GPU memory) | auto (keep the activations of as many units as the "
+             "GPU budget holds, recompute the rest; faster where the step is compute-bound) | none (every unit keeps "
+             "its activations)"),
+    cl::init("all"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> Compute("compute",
@@ -151,6 +159,10 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   }
   if (WeightSlots < 2) return flagError("--weight-slots must be at least 2 (got " + llvm::Twine(WeightSlots) + ")");
   so.weightSlots = WeightSlots;
+  auto recompute = codegen::parseRecompute(RecomputeFlag);
+  if (!recompute) return recompute.takeError();
+  so.recompute = *recompute;
+  so.profile = profile;
   so.gpuBudgetBytes = profile.usableGpuBytes();
   if (GpuMem.getNumOccurrences()) {
     if (!(GpuMem > 0)) return flagError("--gpu-mem must be a positive number of GiB");

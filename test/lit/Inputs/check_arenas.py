@@ -5,8 +5,9 @@ import re
 import sys
 
 text = open(sys.argv[1]).read()
-arenas = re.findall(r"^  (\S+) (forward|backward): (\d+); (\d+); (\d+)$", text, re.M)
-assert len(arenas) == 6, arenas
+arenas = re.findall(r"^  (\S+) (forward|backward|forward_keep|backward_kept): (\d+); (\d+); (\d+)$", text, re.M)
+# 3 templates' forward and backward; the keep programs of layer.0 and head.
+assert len(arenas) == 10, arenas
 for name, kind, arena, total, peak in arenas:
     arena, total, peak = int(arena), int(total), int(peak)
     assert peak <= arena <= total, (name, kind, arena, total, peak)

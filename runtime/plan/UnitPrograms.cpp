@@ -1,0 +1,42 @@
+#include "runtime/plan/UnitPrograms.h"
+
+#include "runtime/plan/MemoryPlan.h"
+
+namespace megac::plan {
+
+std::vector<const Program *> templatePrograms(const Template &t) {
+  std::vector<const Program *> v{&t.forward(), &t.backward()};
+  if (hasKeepPrograms(t)) {
+    v.push_back(&t.forward_keep());
+    v.push_back(&t.backward_kept());
+  }
+  return v;
+}
+
+std::vector<Program *> mutableTemplatePrograms(Template &t) {
+  std::vector<Program *> v{t.mutable_forward(), t.mutable_backward()};
+  if (hasKeepPrograms(t)) {
+    v.push_back(t.mutable_forward_keep());
+    v.push_back(t.mutable_backward_kept());
+  }
+  return v;
+}
+
+const char *programRoleName(int index) {
+  static const char *names[] = {"forward", "backward", "forward_keep", "backward_kept"};
+  return index >= 0 && index < 4 ? names[index] : "program";
+}
+
+SavedLayout savedLayout(const Template &t) {
+  SavedLayout l;
+  const Program &f = t.forward_keep();
+  for (int r = t.num_activation_outputs(); r < f.results_size(); ++r) {
+    int32_t v = f.results(r);
+    l.offsets.push_back(l.bytes);
+    int64_t n = v >= 0 && v < f.values_size() ? typeBytes(f.values(v).type()) : 0;
+    l.bytes += alignUp(std::max<int64_t>(n, 0));
+  }
+  return l;
+}
+
+} // namespace megac::plan
