@@ -3,7 +3,8 @@
 // host<->device bandwidth (pinned, each way and both at once), pageable
 // H2D, device memory bandwidth, GEMM throughput per compute type (cuBLASLt,
 // random operands), host memory bandwidth,
-// CPU AdamW throughput (megac's own kernel), and GPU memory.
+// CPU AdamW throughput (megac's own kernel; alone, and beside both-way copies,
+// which share host memory with it), and GPU memory.
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/GpuKernel.h"
@@ -265,6 +266,40 @@ static double adamwParamsPerSecond(int64_t n) {
   return best;
 }
 
+// The CPU AdamW and both-way pinned copies at once, as the backward runs
+// them (they share the host's memory bandwidth): AdamW steps over n
+// parameters repeat while `reps` copies of `bytes` each way run; returns the
+// AdamW rate (parameters/s) and the copies' summed rate (GB/s).
+static std::pair<double, double> adamwUnderDma(int64_t n, void *dDst, const void *hSrc, void *hDst, const void *dSrc,
+                                               size_t bytes, int reps) {
+  std::unique_ptr<float[]> p(new float[size_t(n)]), g(new float[size_t(n)]), m(new float[size_t(n)]),
+      v(new float[size_t(n)]);
+  megac::cpu::parallelFor(n, 16, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) p[i] = 0.1f, g[i] = 0.01f, m[i] = 0.0f, v[i] = 0.0f;
+  });
+  megac::runtime::AdamWHyper h;
+  megac::runtime::adamwUpdateParallel(p.get(), g.get(), m.get(), v.get(), n, 1, h, true); // warm
+  cudaStream_t s1, s2;
+  CHECK_CUDA(cudaStreamCreate(&s1));
+  CHECK_CUDA(cudaStreamCreate(&s2));
+  CHECK_CUDA(cudaDeviceSynchronize());
+  double t0 = seconds();
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaMemcpyAsync(dDst, hSrc, bytes, cudaMemcpyHostToDevice, s1));
+    CHECK_CUDA(cudaMemcpyAsync(hDst, dSrc, bytes, cudaMemcpyDeviceToHost, s2));
+  }
+  int64_t updated = 0;
+  double adamwEnd = t0;
+  for (int step = 2; cudaStreamQuery(s1) == cudaErrorNotReady || cudaStreamQuery(s2) == cudaErrorNotReady; ++step) {
+    megac::runtime::adamwUpdateParallel(p.get(), g.get(), m.get(), v.get(), n, step, h, true);
+    updated += n;
+    adamwEnd = seconds();
+  }
+  CHECK_CUDA(cudaDeviceSynchronize());
+  double copies = seconds() - t0;
+  return {double(updated) / (adamwEnd - t0), 2.0 * double(bytes) * reps / copies / 1e9};
+}
+
 int main(int argc, char **argv) {
   const char *out = argc > 1 ? argv[1] : nullptr;
   cudaDeviceProp prop;
@@ -300,6 +335,8 @@ int main(int argc, char **argv) {
   double attention = attentionTflops(s);
   double hostBw = hostMemcpyBandwidth(size_t(1) << 30);
   double adamw = adamwParamsPerSecond(int64_t(1) << 27);
+  // About 1.3 s of copies; AdamW over 2^25 parameters (8 ms a step alone) keeps pace.
+  auto [adamwDma, bothAdamw] = adamwUnderDma(int64_t(1) << 25, d1, h1, h2, d2, bytes, 64);
 
   std::string profile;
   char line[256];
@@ -320,6 +357,8 @@ int main(int argc, char **argv) {
   if (attention > 0) add("attention_bf16_tflops", attention);
   add("host_mem_gbps", hostBw);
   add("cpu_adamw_params_per_s", adamw);
+  add("cpu_adamw_under_dma_params_per_s", adamwDma);
+  add("pcie_both_under_adamw_gbps", bothAdamw);
   add("gpu_mem_gib", double(totalB) / double(1ull << 30));
   add("gpu_mem_free_gib", double(freeB) / double(1ull << 30));
   std::fputs(profile.c_str(), stdout);

@@ -156,6 +156,8 @@ llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &
   else if (computeMode == "fp32" || computeMode.empty()) r.gemmFlopsPerS = m.gemmFp32Tflops * 1e12;
   else return err("the plan's compute mode '" + computeMode + "' is not one of bf16, tf32, fp32");
   if (r.attentionFlopsPerS == 0) r.attentionFlopsPerS = r.gemmFlopsPerS;
+  if (m.cpuAdamwUnderDmaParamsPerS > 0) r.adamwUnderDmaFactor = std::min(1.0, m.cpuAdamwUnderDmaParamsPerS / m.cpuAdamwParamsPerS);
+  if (m.pcieBothUnderAdamwGBps > 0) r.dmaUnderAdamwFactor = std::min(1.0, m.pcieBothUnderAdamwGBps / m.pcieBothGBps);
   for (double x : {r.attentionFlopsPerS, r.h2dBytesPerS, r.d2hBytesPerS, r.bothBytesPerS, r.hbmBytesPerS, r.adamwParamsPerS, r.gemmFlopsPerS})
     if (!(x > 0) || !std::isfinite(x)) return err("the machine profile has a rate that is not positive");
   return r;
@@ -280,7 +282,8 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
 // when its lane is free, the actions it waits for have ended and the host
 // has issued it. Transfers
 // progress at their lane's rate, or at the shared rate while both PCIe lanes
-// are busy.
+// are busy; while the CPU AdamW runs beside copies, both slow by the factors
+// the profile measured.
 void ScheduleSim::simulate(StepPrediction &out) {
   const int n = s_.actions_size();
   // The latest record of each event before each action, in issue order.
@@ -338,14 +341,19 @@ void ScheduleSim::simulate(StepPrediction &out) {
     double rate[kNumLanes] = {};
     bool bothPcie = running[kLaneH2D] >= 0 && running[kLaneD2H] >= 0 && work_[size_t(running[kLaneH2D])].transfer &&
                     work_[size_t(running[kLaneD2H])].transfer;
+    // The CPU AdamW and the copies share host memory (as measured, both ways at once).
+    bool anyCopy = (running[kLaneH2D] >= 0 && work_[size_t(running[kLaneH2D])].transfer) ||
+                   (running[kLaneD2H] >= 0 && work_[size_t(running[kLaneD2H])].transfer);
+    bool adamw = running[kLaneCPU] >= 0 && anyCopy;
     double dt = std::numeric_limits<double>::infinity();
     for (int lane = 0; lane < kNumLanes; ++lane) {
       int a = running[size_t(lane)];
       if (a < 0) continue;
       const Work &w = work_[size_t(a)];
-      if (!w.transfer) rate[lane] = 1;
+      if (!w.transfer) rate[lane] = lane == kLaneCPU && adamw ? r_.adamwUnderDmaFactor : 1;
       else if (lane == kLaneD2H) rate[lane] = bothPcie ? std::min(r_.d2hBytesPerS, d2hShare) : r_.d2hBytesPerS;
       else rate[lane] = bothPcie ? std::min(r_.h2dBytesPerS, h2dShare) : r_.h2dBytesPerS;
+      if (w.transfer && running[kLaneCPU] >= 0) rate[lane] *= r_.dmaUnderAdamwFactor;
       dt = std::min(dt, remaining[size_t(a)] / rate[lane]);
     }
     if (!std::isfinite(dt)) break; // nothing runs: every action has ended

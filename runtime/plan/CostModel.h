@@ -48,6 +48,10 @@ struct CostRates {
   double attentionFlopsPerS = 0; // bf16: the profile's attention rate; else the GEMM rate
   double hbmBytesPerS = 0;
   double adamwParamsPerS = 0;
+  // While the CPU AdamW and pinned copies run at once (they share host
+  // memory): the factor of the AdamW rate, and of each copy's rate. 1 where
+  // the profile did not measure it.
+  double adamwUnderDmaFactor = 1, dmaUnderAdamwFactor = 1;
 };
 // Fails on an unknown compute mode or a non-positive rate.
 llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode);

@@ -26,6 +26,8 @@ static std::map<std::string, double MachineProfile::*> profileKeys() {
       {"gpu_mem_free_gib", &MachineProfile::gpuMemFreeGiB},
       {"gpu_hbm_gbps", &MachineProfile::gpuHbmGBps},
       {"attention_bf16_tflops", &MachineProfile::attentionBf16Tflops},
+      {"cpu_adamw_under_dma_params_per_s", &MachineProfile::cpuAdamwUnderDmaParamsPerS},
+      {"pcie_both_under_adamw_gbps", &MachineProfile::pcieBothUnderAdamwGBps},
   };
 }
 
@@ -59,8 +61,12 @@ llvm::Expected<MachineProfile> parseMachineProfile(llvm::StringRef text, llvm::S
     seenAt[key.str()] = lineNo;
     mp.*(it->second) = v;
   }
-  for (const auto &kv : keys)
-    if (!seenAt.count(kv.first) && kv.first != "gpu_hbm_gbps" && kv.first != "attention_bf16_tflops") return err(source + ": the profile does not give " + kv.first);
+  for (const auto &kv : keys) {
+    if (seenAt.count(kv.first) || kv.first == "gpu_hbm_gbps" || kv.first == "attention_bf16_tflops") continue;
+    // Not measured on that machine: no host-memory contention modelled.
+    if (kv.first == "cpu_adamw_under_dma_params_per_s" || kv.first == "pcie_both_under_adamw_gbps") mp.*(kv.second) = 0;
+    else return err(source + ": the profile does not give " + kv.first);
+  }
   return mp;
 }
 

@@ -31,6 +31,12 @@ struct MachineProfile {
   // backward, in the cost model's attention flops (CostModel.cpp): 204 on the
   // H200, where the GEMM rate would have been 3.5x too fast.
   double attentionBf16Tflops = 204.2;
+  // cpu_adamw_under_dma_params_per_s and pcie_both_under_adamw_gbps
+  // (optional; 0: not measured): the CPU AdamW and both-way pinned copies
+  // measured running at once, as the backward runs them. They share the
+  // host's memory bandwidth, so each goes slower than alone.
+  double cpuAdamwUnderDmaParamsPerS = 0;
+  double pcieBothUnderAdamwGBps = 0;
 
   // The GPU memory a plan may use by default (--gpu-mem): the free memory.
   int64_t usableGpuBytes() const { return gibToBytes(gpuMemFreeGiB); }
@@ -38,7 +44,8 @@ struct MachineProfile {
 };
 
 // Parses the text of a profile. Every key above must be present exactly
-// once (gpu_hbm_gbps and attention_bf16_tflops may be left out); an unknown key, a value that is not a positive number or a line
+// once (gpu_hbm_gbps and attention_bf16_tflops may be left out, and the two
+// *_under_* keys, then 0); an unknown key, a value that is not a positive number or a line
 // without `=` is an error naming `source` and the line.
 llvm::Expected<MachineProfile> parseMachineProfile(llvm::StringRef text, llvm::StringRef source);
 llvm::Expected<MachineProfile> readMachineProfile(const std::string &path);
