@@ -45,6 +45,7 @@ llvm::Error fuseAttention(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseRMSNorm(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseSwiGLU(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseGelu(ir::Graph &g, const PassOptions &opts);
+llvm::Error fuseRotary(ir::Graph &g, const PassOptions &opts);
 llvm::Error verify(ir::Graph &g, const PassOptions &opts);
 llvm::Error appendLoss(ir::Graph &g, const PassOptions &opts);
 llvm::Error differentiateLoss(ir::Graph &g, const PassOptions &opts);

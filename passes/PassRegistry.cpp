@@ -15,6 +15,8 @@ const std::vector<PassInfo> &allPasses() {
        fuseRMSNorm},
       {"fuse-swiglu", "rewrite g * sigmoid(g) * u written as separate ops into megac.SwiGLU", fuseSwiGLU},
       {"fuse-gelu", "rewrite the tanh and erf GELU written as separate ops into Gelu", fuseGelu},
+      {"fuse-rotary", "rewrite the rotate-half rotary embedding written as separate ops into RotaryEmbedding",
+       fuseRotary},
       {"verify", "check the IR's invariants", verify},
       {"append-loss", "append the mean token cross-entropy against a new `targets` input", appendLoss},
       {"partition-units", "split the model into stream units (embedding, each layer, head) by structure",
@@ -39,7 +41,8 @@ llvm::Error runPass(ir::Graph &g, llvm::StringRef name, const PassOptions &opts)
 const std::vector<std::string> &importPipeline() {
   static const std::vector<std::string> p = {
       "classify-params", "specialize",   "lower-sequences", "specialize", "fold-nan-guards", "dce",
-      "fuse-attention",  "fuse-rmsnorm", "fuse-swiglu",     "fuse-gelu",  "dce",             "verify"};
+      "fuse-attention",  "fuse-rmsnorm", "fuse-swiglu",     "fuse-gelu",  "fuse-rotary",     "dce",
+      "verify"};
   return p;
 }
 
