@@ -42,6 +42,10 @@ llvm::Error eliminateDeadCode(ir::Graph &g, const PassOptions &opts);
 // Marks dead every op none of whose results reaches `roots` (no renumbering).
 void markUnusedOpsDead(ir::Graph &g, const std::vector<ir::ValueId> &roots);
 llvm::Error fuseAttention(ir::Graph &g, const PassOptions &opts);
+llvm::Error fuseRMSNorm(ir::Graph &g, const PassOptions &opts);
+llvm::Error fuseSwiGLU(ir::Graph &g, const PassOptions &opts);
+llvm::Error fuseGelu(ir::Graph &g, const PassOptions &opts);
+llvm::Error fuseRotary(ir::Graph &g, const PassOptions &opts);
 llvm::Error verify(ir::Graph &g, const PassOptions &opts);
 llvm::Error appendLoss(ir::Graph &g, const PassOptions &opts);
 llvm::Error differentiateLoss(ir::Graph &g, const PassOptions &opts);

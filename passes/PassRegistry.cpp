@@ -11,6 +11,12 @@ const std::vector<PassInfo> &allPasses() {
       {"dce", "remove ops whose results are never used", eliminateDeadCode},
       {"fuse-attention", "rewrite softmax(scale * Q K^T + mask) V written as separate ops into Attention",
        fuseAttention},
+      {"fuse-rmsnorm", "rewrite x / sqrt(mean(x^2) + eps) * w written as separate ops into RMSNormalization",
+       fuseRMSNorm},
+      {"fuse-swiglu", "rewrite g * sigmoid(g) * u written as separate ops into megac.SwiGLU", fuseSwiGLU},
+      {"fuse-gelu", "rewrite the tanh and erf GELU written as separate ops into Gelu", fuseGelu},
+      {"fuse-rotary", "rewrite the rotate-half rotary embedding written as separate ops into RotaryEmbedding",
+       fuseRotary},
       {"verify", "check the IR's invariants", verify},
       {"append-loss", "append the mean token cross-entropy against a new `targets` input", appendLoss},
       {"partition-units", "split the model into stream units (embedding, each layer, head) by structure",
@@ -33,8 +39,10 @@ llvm::Error runPass(ir::Graph &g, llvm::StringRef name, const PassOptions &opts)
 }
 
 const std::vector<std::string> &importPipeline() {
-  static const std::vector<std::string> p = {"classify-params", "specialize", "lower-sequences", "specialize",
-                                             "fold-nan-guards", "dce",        "fuse-attention",  "verify"};
+  static const std::vector<std::string> p = {
+      "classify-params", "specialize",   "lower-sequences", "specialize", "fold-nan-guards", "dce",
+      "fuse-attention",  "fuse-rmsnorm", "fuse-swiglu",     "fuse-gelu",  "fuse-rotary",     "dce",
+      "verify"};
   return p;
 }
 

@@ -3,6 +3,7 @@
 namespace megac::ir {
 
 void registerNormAttentionSchemas(); // NormAttentionOps.cpp
+void registerSwiGLUSchemas();        // SwiGLUOps.cpp
 
 void registerMatMulSchemas();  // MatMulOps.cpp
 void registerSoftmaxSchemas(); // SoftmaxOps.cpp
@@ -11,6 +12,7 @@ void registerNNSchemas() {
   registerMatMulSchemas();
   registerSoftmaxSchemas();
   registerNormAttentionSchemas();
+  registerSwiGLUSchemas();
 }
 
 } // namespace megac::ir

@@ -23,6 +23,7 @@ GradRule lookupGradRule(llvm::StringRef opType) {
     registerReductionGrads();
     registerNNGrads();
     registerLossGrads();
+    registerSwiGLUGrads();
   });
   auto it = rules().find(opType);
   return it == rules().end() ? nullptr : it->second;

@@ -48,6 +48,7 @@ void registerShapeGrads();
 void registerReductionGrads();
 void registerNNGrads();
 void registerLossGrads();
+void registerSwiGLUGrads();
 
 struct GradResult {
   // Gradient of each requested value (kNoValue where it does not affect the

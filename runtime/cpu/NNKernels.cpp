@@ -9,6 +9,7 @@ void registerRotaryKernels();
 
 void registerMatMulKernels();  // MatMulKernels.cpp
 void registerSoftmaxKernels(); // SoftmaxKernels.cpp
+void registerSwiGLUKernels();  // SwiGLUKernels.cpp
 
 void registerNNKernels() {
   registerMatMulKernels();
@@ -16,6 +17,7 @@ void registerNNKernels() {
   registerNormKernels();
   registerAttentionKernels();
   registerRotaryKernels();
+  registerSwiGLUKernels();
 }
 
 } // namespace megac::cpu

@@ -1,7 +1,7 @@
 // LayerNormalization (opset 17) and RMSNormalization (opset 23). Statistics
-// and the normalized values are computed in double whatever stash_type says
-// (at least as precise as the stash type), then rounded to the outputs'
-// dtypes.
+// and the normalized values are computed in double (at least as precise as
+// the stash type), then rounded to the outputs' dtypes; RMSNormalization of
+// f32 with an f32 stash rounds its normalized values to f32 first.
 #include "runtime/cpu/FloatRows.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/NormAttentionShapes.h"
@@ -127,6 +127,10 @@ llvm::Error rmsNormalization(KernelContext &ctx) {
   const Tensor &x = *ctx.input(0);
   Tensor &y = ctx.output(0);
   const int64_t rows = s->dims.rows, cols = s->dims.cols;
+  // f32 X with the default f32 stash: the inverse RMS and the normalized
+  // values are rounded to f32 before the scale, as ONNX specifies and as
+  // PyTorch computes them (training trajectories amplify the difference).
+  const bool f32 = x.dtype() == DType::F32 && ctx.attrs.getInt("stash_type", 1) == int64_t(DType::F32);
   parallelFor(rows, cols * 6, [&](int64_t begin, int64_t end) {
     std::vector<double> buf(static_cast<size_t>(cols));
     for (int64_t r = begin; r < end; ++r) {
@@ -134,7 +138,12 @@ llvm::Error rmsNormalization(KernelContext &ctx) {
       double sq = 0;
       for (double v : buf) sq += v * v;
       double invRms = 1.0 / std::sqrt((cols ? sq / double(cols) : 0) + s->epsilon);
-      for (double &v : buf) v *= invRms;
+      if (f32) {
+        invRms = double(float(invRms));
+        for (double &v : buf) v = double(float(v * invRms));
+      } else {
+        for (double &v : buf) v *= invRms;
+      }
       s->scale.apply(r, buf.data(), cols, times);
       writeElements(y, r * cols, cols, buf.data());
     }

@@ -42,6 +42,8 @@ void registerGpuKernel(llvm::StringRef opType, GpuKernelFn fn, GpuWorkspaceFn wo
   table()[opType] = GpuKernel{fn, workspace};
 }
 
+void registerSwiGLUGpuKernels(); // SwiGLUKernels.cu (megac.SwiGLU[Grad])
+
 static void registerAll() {
   registerElementwiseGpuKernels();
   registerShapeGpuKernels();
@@ -49,6 +51,7 @@ static void registerAll() {
   registerSoftmaxGpuKernels();
   registerNormGpuKernels();
   registerRotaryGpuKernels();
+  registerSwiGLUGpuKernels();
   registerEmbeddingGpuKernels();
   registerLossGpuKernels();
   registerMatMulGpuKernels();
