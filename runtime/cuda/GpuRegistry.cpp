@@ -51,6 +51,7 @@ static void registerAll() {
   registerRotaryGpuKernels();
   registerEmbeddingGpuKernels();
   registerLossGpuKernels();
+  registerLinearCrossEntropyGpuKernels();
   registerMatMulGpuKernels();
   registerAttentionGpuKernels();
 }
