@@ -241,6 +241,8 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
   plan.set_weights_hash(allData && opts.hashWeights ? hash : 0);
   for (const Op &op : g.ops)
     if (!op.dead && op.type == "megac.SoftmaxCrossEntropy") plan.set_vocab(g.type(op.inputs[0]).shape.back());
+    else if (!op.dead && op.type == "megac.LinearCrossEntropy")
+      plan.set_vocab(g.type(op.inputs[1]).shape[op.attrs.getInt("trans_w", 0) ? 0 : 1]);
   if (plan.vocab() == 0) return graphError(g, "codegen: no loss in the graph (run append-loss)");
 
   std::map<std::string, int32_t> templateByKey;

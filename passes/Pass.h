@@ -15,6 +15,9 @@ struct PassOptions {
   int64_t foldLimit = int64_t(1) << 28;
   // Target value that the loss ignores (as torch's cross_entropy).
   int64_t ignoreIndex = -100;
+  // Whether the compile pipeline fuses the head's product into the loss
+  // (fuse-linear-cross-entropy); off: the [tokens, vocab] logits exist whole.
+  bool fuseLinearCrossEntropy = true;
 };
 
 using PassFn = llvm::Error (*)(ir::Graph &, const PassOptions &);
@@ -48,6 +51,7 @@ llvm::Error fuseGelu(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseRotary(ir::Graph &g, const PassOptions &opts);
 llvm::Error verify(ir::Graph &g, const PassOptions &opts);
 llvm::Error appendLoss(ir::Graph &g, const PassOptions &opts);
+llvm::Error fuseLinearCrossEntropy(ir::Graph &g, const PassOptions &opts);
 llvm::Error differentiateLoss(ir::Graph &g, const PassOptions &opts);
 llvm::Error partitionUnits(ir::Graph &g, const PassOptions &opts);
 

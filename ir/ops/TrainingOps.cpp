@@ -45,10 +45,12 @@ static llvm::Error inferGatherGrad(InferContext &c) {
 
 void registerBasicGradSchemas();
 void registerNNGradSchemas();
+void registerLinearCrossEntropySchemas();
 
 void registerTrainingSchemas() {
   registerBasicGradSchemas();
   registerNNGradSchemas();
+  registerLinearCrossEntropySchemas();
   registerOpSchema({"megac.SoftmaxCrossEntropy", 2, 2, 1, 1, inferCrossEntropy, false});
   registerOpSchema({"megac.SoftmaxCrossEntropyGrad", 3, 3, 1, 1, inferCrossEntropyGrad, false});
   registerOpSchema({"megac.SumToShape", 1, 1, 1, 1, inferSumToShape, true});

@@ -1,4 +1,5 @@
 // CPU kernels for megac's training ops (see ir/ops/TrainingOps.cpp).
+#include "runtime/cpu/CrossEntropyRows.h"
 #include "runtime/cpu/Kernel.h"
 
 #include <cmath>
@@ -14,25 +15,13 @@ llvm::Error crossEntropyRows(const char *op, const Tensor &logits, const Tensor 
                              int64_t *count) {
   int64_t V = logits.dim(-1), rows = logits.numel() / std::max<int64_t>(V, 1);
   const T *x = logits.data<T>();
-  *count = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    int64_t t = targets.getAsInt(r);
-    if (t == ignore) continue;
-    if (t < 0 || t >= V)
-      return kernelError(op, "target " + llvm::Twine(t) + " at position " + llvm::Twine(r) +
-                                 " is outside the vocabulary [0, " + llvm::Twine(V) + ")");
-    ++*count;
-  }
-  std::vector<llvm::Error> errs;
+  auto n = countTargets(op, targets, rows, V, ignore);
+  if (!n) return n.takeError();
+  *count = *n;
   parallelFor(rows, V * 8, [&](int64_t b, int64_t e) {
     for (int64_t r = b; r < e; ++r) {
-      int64_t t = targets.getAsInt(r);
       const T *row = x + r * V;
-      double mx = -INFINITY;
-      for (int64_t v = 0; v < V; ++v) mx = std::max(mx, double(row[v]));
-      double s = 0;
-      for (int64_t v = 0; v < V; ++v) s += std::exp(double(row[v]) - mx);
-      each(r, row, t, mx + std::log(s));
+      each(r, row, targets.getAsInt(r), rowLogSumExp(row, V));
     }
   });
   return llvm::Error::success();
@@ -64,27 +53,15 @@ template <class T> llvm::Error crossEntropyGrad(KernelContext &c) {
   Tensor &out = c.output(0);
   std::memset(out.raw(), 0, out.nbytes());
   T *dx = out.data<T>();
-  int64_t count = 0;
-  // First pass counts the non-ignored positions (the mean's denominator).
-  {
-    int64_t rows = logits.numel() / std::max<int64_t>(V, 1);
-    for (int64_t r = 0; r < rows; ++r) {
-      int64_t t = targets.getAsInt(r);
-      if (t == ignore) continue;
-      if (t < 0 || t >= V)
-        return kernelError("megac.SoftmaxCrossEntropyGrad", "target " + llvm::Twine(t) + " outside the vocabulary");
-      ++count;
-    }
-  }
-  if (!count) return llvm::Error::success();
-  double scale = dloss / double(count);
+  int64_t rows = logits.numel() / std::max<int64_t>(V, 1);
+  auto count = countTargets("megac.SoftmaxCrossEntropyGrad", targets, rows, V, ignore);
+  if (!count) return count.takeError();
+  if (!*count) return llvm::Error::success();
+  double scale = dloss / double(*count);
   int64_t dummy = 0;
   return crossEntropyRows<T>("megac.SoftmaxCrossEntropyGrad", logits, targets, ignore,
                              [&](int64_t r, const T *row, int64_t t, double lse) {
-                               if (t == ignore) return;
-                               T *d = dx + r * V;
-                               for (int64_t v = 0; v < V; ++v) d[v] = T(std::exp(double(row[v]) - lse) * scale);
-                               d[t] = T(double(d[t]) - scale);
+                               if (t != ignore) softmaxMinusOneHot(row, V, t, lse, scale, dx + r * V);
                              },
                              &dummy);
 }
@@ -155,10 +132,12 @@ template <class T> struct GGrad { static llvm::Error run(KernelContext &c) { ret
 
 void registerBasicGradKernels();
 void registerNNGradKernels();
+void registerLinearCrossEntropyKernels();
 
 void registerTrainingKernels() {
   registerBasicGradKernels();
   registerNNGradKernels();
+  registerLinearCrossEntropyKernels();
   registerKernel("megac.SoftmaxCrossEntropy",
                  [](KernelContext &c) { return byFloatType<CE>("megac.SoftmaxCrossEntropy", c.input(0)->dtype(), c); });
   registerKernel("megac.SoftmaxCrossEntropyGrad", [](KernelContext &c) {

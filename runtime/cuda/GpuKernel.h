@@ -102,6 +102,7 @@ void registerNormGpuKernels();        // NormKernels.cu
 void registerRotaryGpuKernels();      // RotaryKernels.cu
 void registerEmbeddingGpuKernels();   // EmbeddingKernels.cu (Gather, megac.GatherGrad)
 void registerLossGpuKernels();        // LossKernels.cu (megac.SoftmaxCrossEntropy[Grad])
+void registerLinearCrossEntropyGpuKernels(); // LinearCrossEntropyKernels.cu (megac.LinearCrossEntropy[Grad])
 void registerMatMulGpuKernels();      // MatMulKernels.cu (MatMul, Gemm)
 void registerAttentionGpuKernels();   // AttentionKernels.cu (Attention, megac.AttentionGrad)
 

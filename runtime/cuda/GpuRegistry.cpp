@@ -54,6 +54,7 @@ static void registerAll() {
   registerSwiGLUGpuKernels();
   registerEmbeddingGpuKernels();
   registerLossGpuKernels();
+  registerLinearCrossEntropyGpuKernels();
   registerMatMulGpuKernels();
   registerAttentionGpuKernels();
 }

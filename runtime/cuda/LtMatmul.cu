@@ -355,13 +355,17 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   LtGemm op = g;
   bool bf16 = false;
   const Stored sa = storedA(g), sb = storedB(g);
+  // A caller's packed B: one matrix stored without padding.
+  const bool bPacked = g.bPackedBf16 && sb.ld == sb.cols && (sb.stride == 0 || sb.batch == 1);
   if (ctx.mode == ComputeMode::BF16 && g.scratch &&
-      size_t(plan::bf16PackBytes(sa.packedElems(), sb.packedElems())) <= g.scratchBytes &&
+      size_t(plan::bf16PackBytes(sa.packedElems(), bPacked ? 0 : sb.packedElems())) <= g.scratchBytes &&
       2.0 * double(g.m) * double(g.n) * double(g.k) * double(g.batch) >= kMinBf16PackFlops) {
     auto *pa = static_cast<__nv_bfloat16 *>(g.scratch);
-    auto *pb = pa + align128(sa.packedElems());
+    auto *pb = bPacked ? static_cast<__nv_bfloat16 *>(const_cast<void *>(g.bPackedBf16))
+                       : pa + align128(sa.packedElems());
     if (auto e = packBf16(ctx, pa, g.a, sa)) return e;
-    if (auto e = packBf16(ctx, pb, g.b, sb)) return e;
+    if (!bPacked)
+      if (auto e = packBf16(ctx, pb, g.b, sb)) return e;
     op.lda = sa.cols, op.strideA = sa.stride == 0 ? 0 : sa.rows * sa.cols;
     op.ldb = sb.cols, op.strideB = sb.stride == 0 ? 0 : sb.rows * sb.cols;
     a = pa, b = pb;
@@ -387,5 +391,8 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   return llvm::Error::success();
 }
 
+llvm::Error ltPackBf16(GpuContext &ctx, void *dst, const float *src, int64_t elems) {
+  return packBf16(ctx, static_cast<__nv_bfloat16 *>(dst), src, Stored{1, elems, elems, 0, 1});
+}
 
 } // namespace megac::cuda

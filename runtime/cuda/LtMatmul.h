@@ -47,12 +47,22 @@ struct LtGemm {
   // the rate.
   void *scratch = nullptr;
   size_t scratchBytes = 0;
+  // BF16 mode, optional: B already packed to bf16 by ltPackBf16 (one matrix,
+  // stored rows x cols with ldb == cols, strideB 0 or batch 1), for a B that
+  // several products share. ltMatmul then packs only A, in
+  // plan::bf16PackBytes(elemsA, 0) of scratch. b must still be the fp32 B:
+  // the products that run on fp32 operands read it.
+  const void *bPackedBf16 = nullptr;
 };
 
 // plan::bf16PackBytes(elemsA, elemsB) of scratch lets ltMatmul pack operands
 // of at most that many elements (as stored, strides included) to bf16.
 
 llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &g);
+
+// dst[0, elems) = bf16(src[0, elems)) on ctx.stream, rounded as ltMatmul
+// packs its operands; dst holds plan::bf16PackBytes(elems, 0) bytes.
+llvm::Error ltPackBf16(GpuContext &ctx, void *dst, const float *src, int64_t elems);
 
 // The cuBLASLt compute type a mode stands for.
 cublasComputeType_t ltComputeType(ComputeMode mode);

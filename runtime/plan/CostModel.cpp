@@ -108,6 +108,31 @@ static bool viewSharesBytes(const Program &p, const Program::Op &op) {
   return in && in->kind() == Program::Value::TEMP;
 }
 
+// megac.LinearCrossEntropy[Grad] (h [..., H], W [H, V] or [V, H] with
+// trans_w): the head's products, 2*N*H*V flops forward and 6*N*H*V for the
+// gradient (the logits recomputed, then dh and dW). Bytes: the operands and
+// results, the chunks of fp32 logits through the workspace (written, then
+// read: twice more in the gradient, which rewrites them as dlogits), and in
+// bf16 plans W packed once plus the chunk operands packed per product.
+static llvm::Error linearCrossEntropyWork(const Program &p, const Program::Op &op, bool bf16Operands,
+                                          ProgramWork &w) {
+  const bool grad = op.type() == "megac.LinearCrossEntropyGrad";
+  const int first = grad ? 1 : 0;
+  const Program::Value *h = op.inputs_size() > first + 1 ? valueAt(p, op.inputs(first)) : nullptr;
+  const Program::Value *wt = h ? valueAt(p, op.inputs(first + 1)) : nullptr;
+  if (!h || !wt || h->type().shape_size() == 0 || wt->type().shape_size() != 2)
+    return err("op '" + op.name() + "' (" + op.type() + ") lacks h or a 2-D W");
+  const double hidden = double(h->type().shape(h->type().shape_size() - 1));
+  const double rows = hidden > 0 ? double(numel(h->type())) / hidden : 0.0;
+  const double weights = double(numel(wt->type())), vocab = hidden > 0 ? weights / hidden : 0.0;
+  const double flops = (grad ? 6.0 : 2.0) * rows * weights;
+  w.gemmFlops += flops;
+  w.memoryBytes += memoryBytes(p, op) + (grad ? 16.0 : 8.0) * rows * vocab;
+  if (bf16Operands && flops >= kMinBf16PackFlops)
+    w.memoryBytes += 6.0 * (weights + rows * hidden + (grad ? 2.0 * rows * vocab : 0.0));
+  return llvm::Error::success();
+}
+
 llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
   ProgramWork w;
   for (const Program::Op &op : p.ops()) {
@@ -131,6 +156,8 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
       w.gemmFlops += flops;
       const Program::Value *b = op.inputs_size() > 1 ? valueAt(p, op.inputs(1)) : nullptr;
       if (bf16Operands && b && flops >= kMinBf16PackFlops) w.memoryBytes += 6.0 * double(numel(a->type()) + numel(b->type()));
+    } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
+      if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return std::move(e);
     } else if (type == "Attention" || type == "megac.AttentionGrad") {
       auto f = attentionFlops(p, op);
       if (!f) return f.takeError();

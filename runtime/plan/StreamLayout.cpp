@@ -103,12 +103,54 @@ int64_t gemmPackBytes(const Program &p) {
   return most;
 }
 
+int64_t linearCrossEntropyWorkspaceBytes(bool grad, int64_t rows, int64_t hidden, int64_t vocab, int64_t chunkRows,
+                                         bool bf16) {
+  const int64_t c = linearCrossEntropyChunkRows(rows, vocab, chunkRows);
+  int64_t bytes = alignUp(4 * c * vocab);
+  bytes += grad ? alignUp(8) : 2 * alignUp(4 * rows);
+  if (bf16) {
+    // W once; then the chunk's h (forward), or the chunk's dlogits (dh) and
+    // h and dlogits together (dW) in the gradient.
+    bytes += alignUp(bf16PackBytes(hidden * vocab, 0));
+    bytes += grad ? bf16PackBytes(c * hidden, c * vocab) : bf16PackBytes(c * hidden, 0);
+  }
+  return bytes;
+}
+
+int64_t linearCrossEntropyBytes(const Program &p, bool bf16) {
+  int64_t most = 0;
+  auto shape = [&](int32_t id) -> std::vector<int64_t> {
+    if (id < 0 || id >= p.values_size()) return {};
+    return {p.values(id).type().shape().begin(), p.values(id).type().shape().end()};
+  };
+  for (const Program::Op &op : p.ops()) {
+    const bool grad = op.type() == "megac.LinearCrossEntropyGrad";
+    if (!grad && op.type() != "megac.LinearCrossEntropy") continue;
+    const int first = grad ? 1 : 0;
+    if (op.inputs_size() < first + 3) continue;
+    std::vector<int64_t> h = shape(op.inputs(first)), w = shape(op.inputs(first + 1));
+    if (h.empty() || w.size() != 2) continue;
+    auto attrs = fromProto(op.attributes());
+    if (!attrs) {
+      llvm::consumeError(attrs.takeError());
+      continue;
+    }
+    const int64_t hidden = h.back(), vocab = attrs->getInt("trans_w", 0) ? w[0] : w[1];
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < h.size(); ++i) rows *= h[i];
+    most = std::max(most, linearCrossEntropyWorkspaceBytes(grad, rows, hidden, vocab, attrs->getInt("chunk_rows", 0),
+                                                           bf16));
+  }
+  return most;
+}
+
 int64_t workspaceBudgetBytes(const Plan &p) {
   int64_t most = 0;
   for (const Template &t : p.templates()) {
+    const bool bf16 = p.compute() == "bf16";
     for (const Program *prog : templatePrograms(t)) {
-      most = std::max(most, attentionScoreBytes(*prog));
-      if (p.compute() == "bf16") most = std::max(most, gemmPackBytes(*prog));
+      most = std::max({most, attentionScoreBytes(*prog), linearCrossEntropyBytes(*prog, bf16)});
+      if (bf16) most = std::max(most, gemmPackBytes(*prog));
     }
   }
   return alignUp(most) + kGemmWorkspaceBytes;

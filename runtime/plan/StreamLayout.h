@@ -5,6 +5,7 @@
 // all three agree on every offset.
 #include "runtime/plan/PlanIO.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,22 @@ inline constexpr double kMinBf16PackFlops = double(1 << 26);
 inline int64_t bf16PackBytes(int64_t elemsA, int64_t elemsB) {
   return ((elemsA + 127) / 128 * 128 + (elemsB + 127) / 128 * 128) * 2;
 }
+// megac.LinearCrossEntropy[Grad] compute the logits a chunk of rows at a
+// time: at most kLinearCrossEntropyChunkBytes of fp32 logits (at least one
+// row), or `requested` rows (the op's chunk_rows attribute) when positive.
+inline constexpr int64_t kLinearCrossEntropyChunkBytes = int64_t(64) << 20;
+inline int64_t linearCrossEntropyChunkRows(int64_t rows, int64_t vocab, int64_t requested = 0) {
+  int64_t c = requested > 0 ? requested : kLinearCrossEntropyChunkBytes / (4 * std::max<int64_t>(vocab, 1));
+  return std::max<int64_t>(1, std::min(c, rows));
+}
+// The CUDA kernels' exact scratch for `rows` tokens of `hidden` x `vocab`
+// (runtime/cuda/LinearCrossEntropyKernels.cu carves it in this order, each
+// piece 256-byte aligned): the chunk's fp32 logits; per-row losses and
+// counts (forward) or the count (grad); in bf16 plans W packed to bf16 once,
+// and room for ltMatmul to pack the other operands of one product.
+int64_t linearCrossEntropyWorkspaceBytes(bool grad, int64_t rows, int64_t hidden, int64_t vocab, int64_t chunkRows,
+                                         bool bf16);
+int64_t linearCrossEntropyBytes(const Program &p, bool bf16); // the largest of one program
 int64_t gemmPackBytes(const Program &p);       // bf16 copies of the largest MatMul/Gemm's operands
 int64_t workspaceBudgetBytes(const Plan &p);
 

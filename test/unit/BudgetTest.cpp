@@ -5,6 +5,7 @@
 
 #include "codegen/Budget.h"
 #include "codegen/Compile.h"
+#include "runtime/plan/StreamLayout.h"
 
 using namespace megac;
 using namespace megac::testing;
@@ -56,8 +57,13 @@ TEST(Budget, OverBudgetNamesTheNumbersAndWhatFits) {
   EXPECT_NE(m.find("the plan needs " + std::to_string(deviceBytes(8, 16)) + " bytes"), std::string::npos) << m;
   EXPECT_NE(m.find("at batch 8 x seq 16; the budget (--gpu-mem) is " + std::to_string(budget) + " bytes"), std::string::npos) << m;
   EXPECT_NE(m.find("weight slots: "), std::string::npos) << m;
-  // 32 MiB for cuBLASLt and two fp32 score matrices [8, 4, 16, 16].
-  EXPECT_NE(m.find("workspace: " + std::to_string((32 << 20) + 2 * 8 * 4 * 16 * 16 * 4) + " bytes"), std::string::npos) << m;
+  // 32 MiB for cuBLASLt and the fused loss's scratch, which exceeds two fp32
+  // score matrices [8, 4, 16, 16]: all 128 rows of fp32 logits [128, 256] in
+  // one chunk, and each row's loss and count.
+  const int64_t lossScratch = 128 * 256 * 4 + 2 * 512;
+  ASSERT_EQ(plan::linearCrossEntropyWorkspaceBytes(false, 128, 64, 256, 0, false), lossScratch);
+  ASSERT_GT(lossScratch, 2 * 8 * 4 * 16 * 16 * 4);
+  EXPECT_NE(m.find("workspace: " + std::to_string((32 << 20) + lossScratch) + " bytes"), std::string::npos) << m;
   EXPECT_NE(m.find("largest batch that fits at seq 16: 3\n"), std::string::npos) << m;
   size_t at = m.find("largest seq that fits at batch 8: ");
   ASSERT_NE(at, std::string::npos) << m;

@@ -159,9 +159,12 @@ TEST(StreamSchedule, LlamaRegions) {
     if (p.activations(a).kind() == plan::Activation::DATA_TOKENS || p.activations(a).kind() == plan::Activation::DATA_TARGETS) {
       EXPECT_EQ(life(R::DATA, a), std::make_pair(0, 21));
     }
-  // cuBLASLt's 32 MiB and two fp32 score matrices [B=2, H=4, 16, 16] (the
-  // import pipeline fuses the eager attention into an Attention op).
-  EXPECT_EQ(region(s, R::WORKSPACE, 0)->bytes(), (32 << 20) + 2 * 2 * 4 * 16 * 16 * 4);
+  // cuBLASLt's 32 MiB and the largest op's scratch: megac.LinearCrossEntropy's
+  // (one chunk of fp32 logits [32, 256], each row's loss and count) exceeds
+  // two fp32 score matrices [B=2, H=4, 16, 16] (the import pipeline fuses the
+  // eager attention into an Attention op).
+  EXPECT_EQ(plan::linearCrossEntropyWorkspaceBytes(false, 32, 64, 256, 0, false), 32 * 256 * 4 + 2 * 256);
+  EXPECT_EQ(region(s, R::WORKSPACE, 0)->bytes(), (32 << 20) + 32 * 256 * 4 + 2 * 256);
   int64_t arena = 0;
   for (const plan::Template &t : p.templates()) arena = std::max({arena, t.forward().arena_bytes(), t.backward().arena_bytes()});
   EXPECT_EQ(region(s, R::ARENA, 0)->bytes(), arena);
@@ -190,7 +193,9 @@ TEST(StreamSchedule, AttentionWorkspaceIsTwoScoreMatrices) {
   frontend::ImportOptions io;
   io.batch = 2;
   io.seq = 16;
-  auto p = codegen::compileForTraining(fixtureDir("llama_op23") + "/model.onnx", io, {}, {});
+  passes::PassOptions unfused; // the fused loss's scratch would be larger here
+  unfused.fuseLinearCrossEntropy = false;
+  auto p = codegen::compileForTraining(fixtureDir("llama_op23") + "/model.onnx", io, unfused, {});
   ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
   int attention = 0;
   for (const plan::Template &t : p->templates())
@@ -198,6 +203,32 @@ TEST(StreamSchedule, AttentionWorkspaceIsTwoScoreMatrices) {
   if (attention == 0) GTEST_SKIP() << "llama_op23 has no Attention op";
   // [B=2, H=4, 16, 16] fp32, twice, plus 32 MiB.
   EXPECT_EQ(plan::workspaceBudgetBytes(*p), 2 * 2 * 4 * 16 * 16 * 4 + (32 << 20));
+}
+
+// The WORKSPACE budget covers the fused loss's scratch in each compute mode:
+// in bf16 plans W and the products' operands packed to bf16 as well.
+TEST(StreamSchedule, WorkspaceCoversTheFusedLoss) {
+  for (const char *compute : {"fp32", "tf32", "bf16"}) {
+    frontend::ImportOptions io;
+    io.batch = 4;
+    io.seq = 16;
+    codegen::CodegenOptions co;
+    co.compute = compute;
+    auto p = codegen::compileForTraining(fixtureDir("gpt2") + "/model.onnx", io, {}, co);
+    ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+    const bool bf16 = std::string(compute) == "bf16";
+    int fused = 0;
+    for (const plan::Template &t : p->templates()) {
+      for (const plan::Program::Op &op : t.forward().ops()) fused += op.type() == "megac.LinearCrossEntropy";
+      for (const plan::Program::Op &op : t.backward().ops()) fused += op.type() == "megac.LinearCrossEntropyGrad";
+    }
+    EXPECT_EQ(fused, 2) << compute;
+    // gpt2: 64 rows, hidden 64, the tied head reads wte [256, 64] as stored.
+    const int64_t grad = plan::linearCrossEntropyWorkspaceBytes(true, 64, 64, 256, 0, bf16);
+    const int64_t fwd = plan::linearCrossEntropyWorkspaceBytes(false, 64, 64, 256, 0, bf16);
+    EXPECT_GE(plan::workspaceBudgetBytes(*p), std::max(grad, fwd) + plan::kGemmWorkspaceBytes) << compute;
+    EXPECT_EQ(p->vocab(), 256);
+  }
 }
 
 TEST(StreamLayout, UnitWeightLayoutPacksAligned) {

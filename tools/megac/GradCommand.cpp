@@ -57,7 +57,7 @@ int runGrad() {
   if (!g) return reportError(g.takeError());
   ir::Graph &graph = **g;
   std::string inputName = graph.value(graph.inputs[0]).name;
-  if (auto e = passes::runPipeline(graph, {"append-loss", "autodiff", "dce", "verify"}, flags->passes))
+  if (auto e = passes::runPipeline(graph, {"append-loss", "fuse-linear-cross-entropy", "autodiff", "dce", "verify"}, flags->passes))
     return reportError(std::move(e));
   Tensor tgt = *targets;
   if (tgt.dtype() != DType::I64) {

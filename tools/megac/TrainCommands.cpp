@@ -26,6 +26,10 @@ static cl::opt<std::string> PlanOut("o", cl::desc("Plan file to write"), cl::val
                                     cl::sub(compileCmd()));
 static cl::opt<int64_t> IgnoreIndex("ignore-index", cl::desc("Target value the loss ignores (default -100)"),
                                     cl::init(-100), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<bool> NoFusedLoss("no-fused-loss",
+                                 cl::desc("Keep the head's product and the loss apart (the fp32 [tokens, vocab] "
+                                          "logits and their gradient exist whole): to compare, or as a fallback"),
+                                 cl::sub(compileCmd()), cl::sub(trainCmd()));
 // Memory budgets and the streaming schedule.
 static cl::opt<double> GpuMem("gpu-mem", cl::desc("GPU memory the plan may use, in GiB (default: the profile's usable memory)"),
                               cl::sub(compileCmd()), cl::sub(trainCmd()));
@@ -181,6 +185,7 @@ static llvm::Expected<plan::Plan> compileModel() {
   if (flags->import.batch <= 0 || flags->import.seq <= 0)
     return flagError("compile needs --batch B and --seq S");
   flags->passes.ignoreIndex = IgnoreIndex;
+  flags->passes.fuseLinearCrossEntropy = !NoFusedLoss;
   codegen::CodegenOptions co;
   if (Compute != "bf16" && Compute != "tf32" && Compute != "fp32")
     return flagError("--compute must be bf16, tf32 or fp32, got '" + Compute + "'");
