@@ -347,6 +347,30 @@ TEST(CostModel, HostBlocksOnCpuEvents) {
   expectTimes(*s, 2, 0, 0.2 * ms);
 }
 
+TEST(CostModel, AdamWAndCopiesShareHostMemory) {
+  using SA = plan::StreamAction;
+  // The profile measured AdamW at half its rate beside copies, and the copies
+  // at half theirs beside AdamW. U (1e6 parameters: 1 ms alone) and P (4 MB:
+  // 0.4 ms alone) start together: P at 5 GB/s ends at 0.8 ms, by when U has
+  // done 0.4 ms of its work; the other 0.6 ms alone: U ends at 1.4 ms.
+  plan::Plan p = unitsPlan(100, {1000});
+  action(p, SA::UPDATE, 0, {}, {});
+  action(p, SA::PREFETCH, 0, {}, {});
+  plan::MachineProfile m = roundProfile();
+  m.cpuAdamwUnderDmaParamsPerS = 0.5e9;
+  m.pcieBothUnderAdamwGBps = 5;
+  auto s = plan::predictStep(p, m);
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  expectTimes(*s, 0, 0, 1.4 * ms);
+  expectTimes(*s, 1, 0, 0.8 * ms);
+  // Not measured (0): each at its own rate.
+  m.cpuAdamwUnderDmaParamsPerS = m.pcieBothUnderAdamwGBps = 0;
+  s = plan::predictStep(p, m);
+  ASSERT_TRUE(bool(s));
+  expectTimes(*s, 0, 0, 1.0 * ms);
+  expectTimes(*s, 1, 0, 0.4 * ms);
+}
+
 TEST(CostModel, TiedParameterUpdatedByItsLastUser) {
   using SA = plan::StreamAction;
   // Unit 1 also uses W0: it moves with both units, but is updated once,

@@ -35,6 +35,9 @@ TEST(MachineProfile, CommittedH200ProfileIsTheBuiltInDefault) {
   EXPECT_EQ(p->gpuMemFreeGiB, d.gpuMemFreeGiB);
   EXPECT_EQ(p->gpuHbmGBps, d.gpuHbmGBps);
   EXPECT_EQ(p->attentionBf16Tflops, d.attentionBf16Tflops);
+  EXPECT_EQ(p->cpuAdamwUnderDmaParamsPerS, d.cpuAdamwUnderDmaParamsPerS);
+  EXPECT_EQ(p->pcieBothUnderAdamwGBps, d.pcieBothUnderAdamwGBps);
+  EXPECT_GT(d.cpuAdamwUnderDmaParamsPerS, 0);
   EXPECT_EQ(p->description, "NVIDIA H200, 16 CPU threads");
   // 139.3 GiB
   EXPECT_EQ(d.usableGpuBytes(), int64_t(139.3 * 1073741824.0));
@@ -47,6 +50,9 @@ TEST(MachineProfile, ParsesEveryKey) {
   EXPECT_EQ(p->pcieBothGBps, 3);
   EXPECT_EQ(p->cpuAdamwParamsPerS, 9e9);
   EXPECT_EQ(p->usableGpuBytes(), int64_t(79.5 * 1073741824.0));
+  // Left out: no host-memory contention measured (not the built-in H200's).
+  EXPECT_EQ(p->cpuAdamwUnderDmaParamsPerS, 0);
+  EXPECT_EQ(p->pcieBothUnderAdamwGBps, 0);
 }
 
 TEST(MachineProfile, BadFilesAreErrorsNamingTheLine) {
