@@ -65,16 +65,22 @@ static double copyBandwidth(void *dst, const void *src, size_t bytes, cudaMemcpy
   return r[r.size() / 2];
 }
 
+// Queues `reps` copies of `bytes` each way, H2D on s1 and D2H on s2.
+static void issueBothWays(cudaStream_t s1, cudaStream_t s2, void *dDst, const void *hSrc, void *hDst, const void *dSrc,
+                          size_t bytes, int reps) {
+  for (int i = 0; i < reps; ++i) {
+    CHECK_CUDA(cudaMemcpyAsync(dDst, hSrc, bytes, cudaMemcpyHostToDevice, s1));
+    CHECK_CUDA(cudaMemcpyAsync(hDst, dSrc, bytes, cudaMemcpyDeviceToHost, s2));
+  }
+}
+
 static double bothWays(void *dDst, const void *hSrc, void *hDst, const void *dSrc, size_t bytes, int reps) {
   cudaStream_t s1, s2;
   CHECK_CUDA(cudaStreamCreate(&s1));
   CHECK_CUDA(cudaStreamCreate(&s2));
   CHECK_CUDA(cudaDeviceSynchronize());
   double t0 = seconds();
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaMemcpyAsync(dDst, hSrc, bytes, cudaMemcpyHostToDevice, s1));
-    CHECK_CUDA(cudaMemcpyAsync(hDst, dSrc, bytes, cudaMemcpyDeviceToHost, s2));
-  }
+  issueBothWays(s1, s2, dDst, hSrc, hDst, dSrc, bytes, reps);
   CHECK_CUDA(cudaDeviceSynchronize());
   double t = seconds() - t0;
   return 2.0 * double(bytes) * reps / t / 1e9;
@@ -284,10 +290,7 @@ static std::pair<double, double> adamwUnderDma(int64_t n, void *dDst, const void
   CHECK_CUDA(cudaStreamCreate(&s2));
   CHECK_CUDA(cudaDeviceSynchronize());
   double t0 = seconds();
-  for (int i = 0; i < reps; ++i) {
-    CHECK_CUDA(cudaMemcpyAsync(dDst, hSrc, bytes, cudaMemcpyHostToDevice, s1));
-    CHECK_CUDA(cudaMemcpyAsync(hDst, dSrc, bytes, cudaMemcpyDeviceToHost, s2));
-  }
+  issueBothWays(s1, s2, dDst, hSrc, hDst, dSrc, bytes, reps);
   int64_t updated = 0;
   double adamwEnd = t0;
   for (int step = 2; cudaStreamQuery(s1) == cudaErrorNotReady || cudaStreamQuery(s2) == cudaErrorNotReady; ++step) {

@@ -9,6 +9,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <regex>
@@ -54,8 +55,10 @@ inline int64_t metaInt(const std::string &model, const std::string &key) {
   return std::stoll(m[1]);
 }
 
-// Imports a fixture at the reference batch shape and runs the import pipeline.
-inline std::unique_ptr<ir::Graph> importFixture(const std::string &model, const Shape &inputShape) {
+// Imports a fixture at the given input shape and runs `pipeline` (default:
+// the import pipeline).
+inline std::unique_ptr<ir::Graph> importFixture(const std::string &model, const Shape &inputShape,
+                                                const std::vector<std::string> &pipeline = passes::importPipeline()) {
   frontend::ImportOptions opts;
   opts.firstInputShape = inputShape;
   auto g = frontend::importOnnx(fixtureDir(model) + "/model.onnx", opts);
@@ -63,11 +66,28 @@ inline std::unique_ptr<ir::Graph> importFixture(const std::string &model, const 
     ADD_FAILURE() << llvm::toString(g.takeError());
     return nullptr;
   }
-  if (auto e = passes::runPipeline(**g, passes::importPipeline(), {})) {
+  if (auto e = passes::runPipeline(**g, pipeline, {})) {
     ADD_FAILURE() << llvm::toString(std::move(e));
     return nullptr;
   }
   return std::move(*g);
+}
+
+// The fixture's number of layers from its meta.json (Llama or GPT-2 naming).
+inline int64_t layersOf(const std::string &model) {
+  int64_t n = metaInt(model, "num_hidden_layers");
+  return n >= 0 ? n : metaInt(model, "n_layer");
+}
+
+// max |a - b| / max |b| (NaN in one and not the other: infinity).
+inline double maxRelativeDiff(const Tensor &a, const Tensor &b) {
+  double diff = 0, scale = 0;
+  for (int64_t i = 0; i < b.numel(); ++i) {
+    double x = a.getAsDouble(i), y = b.getAsDouble(i);
+    if (std::isnan(x) != std::isnan(y)) return INFINITY;
+    if (!std::isnan(y)) diff = std::max(diff, std::fabs(x - y)), scale = std::max(scale, std::fabs(y));
+  }
+  return diff / std::max(scale, 1e-30);
 }
 
 // Compiles a fixture at the reference batch (2 x 16) with the fixtures'

@@ -30,37 +30,6 @@ std::vector<std::string> pipelineWithoutFusion() {
   return p;
 }
 
-std::unique_ptr<ir::Graph> importWith(const std::string &model, const Shape &inputShape,
-                                      const std::vector<std::string> &pipeline) {
-  frontend::ImportOptions opts;
-  opts.firstInputShape = inputShape;
-  auto g = frontend::importOnnx(fixtureDir(model) + "/model.onnx", opts);
-  if (!g) {
-    ADD_FAILURE() << llvm::toString(g.takeError());
-    return nullptr;
-  }
-  if (auto e = passes::runPipeline(**g, pipeline, {})) {
-    ADD_FAILURE() << llvm::toString(std::move(e));
-    return nullptr;
-  }
-  return std::move(*g);
-}
-
-int64_t layersOf(const std::string &model) {
-  int64_t n = metaInt(model, "num_hidden_layers");
-  return n >= 0 ? n : metaInt(model, "n_layer");
-}
-
-// max |a - b| / max |b|.
-double maxRelativeDiff(const Tensor &a, const Tensor &b) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    double x = a.getAsDouble(i), y = b.getAsDouble(i);
-    if (std::isnan(x) != std::isnan(y)) return INFINITY;
-    if (!std::isnan(y)) diff = std::max(diff, std::fabs(x - y)), scale = std::max(scale, std::fabs(y));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 Tensor logitsOf(ir::Graph &g, const Tensor &ids) {
   auto outs = ir::runGraph(g, {{g.value(g.inputs[0]).name, ids}});
@@ -75,8 +44,8 @@ class FuseAttentionFixture : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(FuseAttentionFixture, FusesOneAttentionPerLayer) {
   std::string model = GetParam();
-  auto before = importWith(model, {2, 16}, pipelineWithoutFusion());
-  auto after = importWith(model, {2, 16}, passes::importPipeline());
+  auto before = importFixture(model, {2, 16}, pipelineWithoutFusion());
+  auto after = importFixture(model, {2, 16}, passes::importPipeline());
   ASSERT_TRUE(before && after);
   const int64_t layers = layersOf(model);
   ASSERT_GT(layers, 0);
@@ -98,8 +67,8 @@ TEST_P(FuseAttentionFixture, LogitsEqualUnfused) {
   Tensor odd(DType::I64, {3, 9});
   for (int64_t i = 0; i < odd.numel(); ++i) odd.data<int64_t>()[i] = token(rng);
   for (const Tensor &ids : {ref, odd}) {
-    auto before = importWith(model, ids.shape(), pipelineWithoutFusion());
-    auto after = importWith(model, ids.shape(), passes::importPipeline());
+    auto before = importFixture(model, ids.shape(), pipelineWithoutFusion());
+    auto after = importFixture(model, ids.shape(), passes::importPipeline());
     ASSERT_TRUE(before && after);
     Tensor unfused = logitsOf(*before, ids), fused = logitsOf(*after, ids);
     ASSERT_EQ(fused.shape(), unfused.shape());

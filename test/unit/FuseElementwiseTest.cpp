@@ -31,43 +31,12 @@ std::vector<std::string> pipelineWithoutFusions() {
   return p;
 }
 
-std::unique_ptr<ir::Graph> importWith(const std::string &model, const Shape &inputShape,
-                                      const std::vector<std::string> &pipeline) {
-  frontend::ImportOptions opts;
-  opts.firstInputShape = inputShape;
-  auto g = frontend::importOnnx(fixtureDir(model) + "/model.onnx", opts);
-  if (!g) {
-    ADD_FAILURE() << llvm::toString(g.takeError());
-    return nullptr;
-  }
-  if (auto e = passes::runPipeline(**g, pipeline, {})) {
-    ADD_FAILURE() << llvm::toString(std::move(e));
-    return nullptr;
-  }
-  return std::move(*g);
-}
-
-int64_t layersOf(const std::string &model) {
-  int64_t n = metaInt(model, "num_hidden_layers");
-  return n >= 0 ? n : metaInt(model, "n_layer");
-}
-
-// max |a - b| / max |b|.
-double maxRelativeDiff(const Tensor &a, const Tensor &b) {
-  double diff = 0, scale = 0;
-  for (int64_t i = 0; i < b.numel(); ++i) {
-    double x = a.getAsDouble(i), y = b.getAsDouble(i);
-    if (std::isnan(x) != std::isnan(y)) return INFINITY;
-    if (!std::isnan(y)) diff = std::max(diff, std::fabs(x - y)), scale = std::max(scale, std::fabs(y));
-  }
-  return diff / std::max(scale, 1e-30);
-}
 
 class FuseElementwiseFixture : public ::testing::TestWithParam<const char *> {};
 
 TEST_P(FuseElementwiseFixture, FusesEveryChain) {
   std::string model = GetParam();
-  auto g = importWith(model, {2, 16}, passes::importPipeline());
+  auto g = importFixture(model, {2, 16}, passes::importPipeline());
   ASSERT_TRUE(g);
   const int64_t layers = layersOf(model);
   ASSERT_GT(layers, 0);
@@ -90,8 +59,8 @@ TEST_P(FuseElementwiseFixture, LogitsEqualUnfused) {
   Tensor odd(DType::I64, {3, 9});
   for (int64_t i = 0; i < odd.numel(); ++i) odd.data<int64_t>()[i] = token(rng);
   for (const Tensor &ids : {ref, odd}) {
-    auto before = importWith(model, ids.shape(), pipelineWithoutFusions());
-    auto after = importWith(model, ids.shape(), passes::importPipeline());
+    auto before = importFixture(model, ids.shape(), pipelineWithoutFusions());
+    auto after = importFixture(model, ids.shape(), passes::importPipeline());
     ASSERT_TRUE(before && after);
     EXPECT_LT(after->ops.size(), before->ops.size()) << model;
     auto want = ir::runGraph(*before, {{before->value(before->inputs[0]).name, ids}});
