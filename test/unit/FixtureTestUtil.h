@@ -4,6 +4,7 @@
 #include "codegen/Compile.h"
 #include "frontend/OnnxImport.h"
 #include "frontend/TensorProto.h"
+#include "ir/Eval.h"
 #include "ir/Graph.h"
 #include "passes/Pass.h"
 
@@ -12,6 +13,8 @@
 #include <algorithm>
 #include <cmath>
 #include <fstream>
+#include <map>
+#include <random>
 #include <regex>
 #include <sstream>
 #include <string>
@@ -88,6 +91,30 @@ inline double maxRelativeDiff(const Tensor &a, const Tensor &b) {
     if (!std::isnan(y)) diff = std::max(diff, std::fabs(x - y)), scale = std::max(scale, std::fabs(y));
   }
   return diff / std::max(scale, 1e-30);
+}
+
+// Runs both graphs on the same N(0, 1.5) float inputs (the inputs of
+// `before`) and expects every output within `tol` (maxRelativeDiff): a
+// rewrite keeps the values.
+inline void expectSameValuesOnRandomInputs(ir::Graph &before, ir::Graph &after, unsigned seed, double tol) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.5f);
+  std::map<std::string, Tensor> feeds;
+  for (ir::ValueId in : before.inputs) {
+    const ir::Value &v = before.value(in);
+    Tensor t(DType::F32, v.type.shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = normal(rng);
+    feeds[v.name] = t;
+  }
+  auto want = ir::runGraph(before, feeds);
+  auto got = ir::runGraph(after, feeds);
+  ASSERT_TRUE(bool(want)) << llvm::toString(want.takeError());
+  ASSERT_TRUE(bool(got)) << llvm::toString(got.takeError());
+  ASSERT_EQ(got->size(), want->size());
+  for (size_t i = 0; i < want->size(); ++i) {
+    ASSERT_EQ((*got)[i].shape(), (*want)[i].shape());
+    EXPECT_LT(maxRelativeDiff((*got)[i], (*want)[i]), tol) << "output " << i;
+  }
 }
 
 // Compiles a fixture at the reference batch (2 x 16) with the fixtures'
