@@ -165,13 +165,18 @@ TEST_P(GpuTrainBf16, TrajectoryWithinPyTorchAutocastDistance) {
   ASSERT_TRUE(gpu);
   Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
   double ours = 0, torch = 0;
+  std::string steps;
   for (int s = 0; s < 5; ++s) {
     auto b = gpu->step({{ids, targets}}, 1e-2f);
     ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
     ours = std::max(ours, std::abs(b->loss - ref.getAsDouble(s)));
     torch = std::max(torch, std::abs(autocast.getAsDouble(s) - ref.getAsDouble(s)));
+    char buf[96];
+    std::snprintf(buf, sizeof buf, " %.5f/%.5f/%.5f", b->loss, autocast.getAsDouble(s), ref.getAsDouble(s));
+    steps += buf;
   }
-  std::printf("%s bf16: max |loss - fp32 reference| megac %.3g, PyTorch autocast %.3g\n", model.c_str(), ours, torch);
+  std::printf("%s bf16: max |loss - fp32 reference| megac %.3g, PyTorch autocast %.3g (megac/autocast/fp32 per step:%s)\n",
+              model.c_str(), ours, torch, steps.c_str());
   EXPECT_LE(ours, 1.5 * torch + 1e-6) << model;
 }
 
