@@ -14,10 +14,10 @@ const char *recomputeName(Recompute r);
 // templates no unit keeps, and fills plan.schedule (buildStreamSchedule).
 // Auto: units are ranked by the forward time the cost model's rates give them
 // per saved byte (ties: later units first, their saved values live the
-// shortest), and the longest prefix of that ranking is kept whose plan stays
+// shortest); the longest prefix of that ranking is kept whose plan stays
 // within 97% of the GPU budget (the rest is headroom for the CUDA context and
-// libraries). A plan over budget without any keeping stays over budget; the
-// caller reports it.
+// libraries), then each later unit that still fits on its own. A plan over
+// budget without any keeping stays over budget; the caller reports it.
 llvm::Error applyRecomputePolicy(plan::Plan &p, const ScheduleOptions &o);
 
 } // namespace megac::codegen
