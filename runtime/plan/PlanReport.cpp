@@ -328,6 +328,12 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   os << "  batch x seq: " << p.batch() << " x " << p.seq() << "\n";
   os << "  vocab: " << p.vocab() << "\n";
   os << "  compute: " << p.compute() << "\n";
+  int64_t keeping = 0, savedBytes = 0;
+  for (const UnitReport &u : r.units) keeping += u.keepsActivations, savedBytes += u.savedBytes;
+  if (keeping == 0) os << "  recompute: every unit recomputes its forward in the backward\n";
+  else
+    os << "  recompute: " << keeping << " of " << r.units.size() << " units keep their activations (" << savedBytes
+       << " bytes saved), the others recompute\n";
   os << "  format version: " << p.format_version() << " (megac " << p.megac_version() << ")\n";
 
   os << "\nunits (" << r.units.size() << ", in forward order):\n";
