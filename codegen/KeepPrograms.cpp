@@ -1,16 +1,13 @@
 #include "codegen/KeepPrograms.h"
 
 #include "codegen/BuildPlan.h"
+#include "runtime/plan/MemoryPlan.h"
 
 #include <set>
 
 namespace megac::codegen {
 
 using namespace ir;
-
-static bool isViewOp(const std::string &type) {
-  return type == "Reshape" || type == "Squeeze" || type == "Unsqueeze" || type == "Flatten" || type == "Identity";
-}
 
 llvm::Error addKeepPrograms(const UnitPrograms &u, plan::Template &t) {
   Graph &bg = *u.backward;
@@ -38,7 +35,7 @@ llvm::Error addKeepPrograms(const UnitPrograms &u, plan::Template &t) {
     work.pop_back();
     int32_t p = bg.value(v).producer;
     const Op &op = bg.ops[size_t(p)];
-    if (!isViewOp(op.type)) {
+    if (!plan::isViewOp(op.type)) { // the ops whose result may share its input's bytes
       saved.insert(v);
       continue;
     }
