@@ -15,24 +15,13 @@ llvm::Expected<Recompute> parseRecompute(llvm::StringRef s) {
                                  "--recompute must be auto, all or none, got '" + s.str() + "'");
 }
 
-const char *recomputeName(Recompute r) {
-  switch (r) {
-  case Recompute::Auto: return "auto";
-  case Recompute::All: return "all";
-  case Recompute::None: return "none";
-  }
-  return "auto";
-}
-
 namespace {
 
-// Seconds of the template's forward at the profile's rates: what keeping saves.
-llvm::Expected<double> forwardSeconds(const plan::Plan &p, const plan::Template &t, const plan::MachineProfile &m) {
+// Seconds of the template's forward at the cost model's rates: what keeping saves.
+llvm::Expected<double> forwardSeconds(const plan::Plan &p, const plan::Template &t, const plan::CostRates &r) {
   auto w = plan::programWork(t.forward(), p.compute() == "bf16");
   if (!w) return w.takeError();
-  double gemm = (p.compute() == "bf16" ? m.gemmBf16Tflops : p.compute() == "tf32" ? m.gemmTf32Tflops : m.gemmFp32Tflops) * 1e12;
-  double attention = (p.compute() == "bf16" ? m.attentionBf16Tflops : gemm / 1e12 / 4) * 1e12;
-  return w->gemmFlops / gemm + w->attentionFlops / attention + w->memoryBytes / (m.gpuHbmGBps * 1e9);
+  return plan::programSeconds(*w, r);
 }
 
 void setKept(plan::Plan &p, const std::vector<int> &units, size_t count) {
@@ -48,11 +37,13 @@ llvm::Error applyRecomputePolicy(plan::Plan &p, const ScheduleOptions &o) {
     int unit;
     double secondsPerByte;
   };
+  auto rates = plan::costRates(o.profile, p.compute());
+  if (!rates) return rates.takeError();
   std::vector<Candidate> cands;
   for (int u = 0; u < p.units_size(); ++u) {
     const plan::Template &t = p.templates(p.units(u).template_id());
     if (!plan::hasKeepPrograms(t)) continue;
-    auto s = forwardSeconds(p, t, o.profile);
+    auto s = forwardSeconds(p, t, *rates);
     if (!s) return s.takeError();
     cands.push_back({u, *s / double(std::max<int64_t>(plan::savedLayout(t).bytes, 1))});
   }

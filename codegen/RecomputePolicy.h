@@ -8,7 +8,6 @@
 namespace megac::codegen {
 
 llvm::Expected<Recompute> parseRecompute(llvm::StringRef s);
-const char *recomputeName(Recompute r);
 
 // Decides keep_activations for every unit, drops the keep programs of
 // templates no unit keeps, and fills plan.schedule (buildStreamSchedule).

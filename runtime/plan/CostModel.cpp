@@ -288,8 +288,7 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
       t.gemmFlops = it->second.gemmFlops;
       t.attentionFlops = it->second.attentionFlops;
       t.memoryBytes = it->second.memoryBytes;
-      w.amount = t.gemmFlops / r_.gemmFlopsPerS + t.attentionFlops / r_.attentionFlopsPerS +
-                 t.memoryBytes / r_.hbmBytesPerS;
+      w.amount = programSeconds(it->second, r_);
       break;
     }
     case StreamAction::UPDATE:

@@ -55,6 +55,10 @@ struct CostRates {
 };
 // Fails on an unknown compute mode or a non-positive rate.
 llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode);
+// Seconds the GPU spends on a program's work at these rates, alone.
+inline double programSeconds(const ProgramWork &w, const CostRates &r) {
+  return w.gemmFlops / r.gemmFlopsPerS + w.attentionFlops / r.attentionFlopsPerS + w.memoryBytes / r.hbmBytesPerS;
+}
 
 struct ActionTiming {
   int lane = 0;
