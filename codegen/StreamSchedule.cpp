@@ -208,10 +208,7 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
     if (plan::keepsActivations(p, u))
       addRegion(s, DeviceRegion::SAVED, u, plan::savedLayout(p.templates(p.units(u).template_id())).bytes,
                 fwdAt[size_t(u)], bwdAt[size_t(u)]);
-  int64_t arena = 0;
-  for (const plan::Template &t : p.templates())
-    for (const plan::Program *prog : plan::templatePrograms(t)) arena = std::max(arena, prog->arena_bytes());
-  addRegion(s, DeviceRegion::ARENA, 0, arena, 0, last);
+  addRegion(s, DeviceRegion::ARENA, 0, plan::largestArenaBytes(p), 0, last);
   addRegion(s, DeviceRegion::WORKSPACE, 0, plan::workspaceBudgetBytes(p), 0, last);
   addRegion(s, DeviceRegion::CONSTANTS, 0, plan::constantsLayout(p).bytes, 0, last);
 

@@ -332,10 +332,7 @@ private:
                            "the saved activations of unit '" + p_.units(u).name() + "'"))
         return e;
     }
-    int64_t arena = 0;
-    for (const Template &t : p_.templates())
-      for (const Program *prog : templatePrograms(t)) arena = std::max(arena, prog->arena_bytes());
-    if (auto e = require(DeviceRegion::ARENA, 0, arena, 0, last, "the largest program arena")) return e;
+    if (auto e = require(DeviceRegion::ARENA, 0, largestArenaBytes(p_), 0, last, "the largest program arena")) return e;
     if (auto e = require(DeviceRegion::WORKSPACE, 0, workspaceBudgetBytes(p_), 0, last, "the kernels' workspace")) return e;
     if (auto e = require(DeviceRegion::CONSTANTS, 0, constantsLayout(p_).bytes, 0, last, "the templates' constants")) return e;
     return llvm::Error::success();

@@ -2,6 +2,8 @@
 
 #include "runtime/plan/MemoryPlan.h"
 
+#include <algorithm>
+
 namespace megac::plan {
 
 std::vector<const Program *> templatePrograms(const Template &t) {
@@ -20,6 +22,13 @@ std::vector<Program *> mutableTemplatePrograms(Template &t) {
     v.push_back(t.mutable_backward_kept());
   }
   return v;
+}
+
+int64_t largestArenaBytes(const Plan &p) {
+  int64_t most = 0;
+  for (const Template &t : p.templates())
+    for (const Program *prog : templatePrograms(t)) most = std::max(most, prog->arena_bytes());
+  return most;
 }
 
 const char *programRoleName(int index) {

@@ -30,6 +30,8 @@ inline bool hasKeepPrograms(const Template &t) { return t.has_forward_keep() && 
 std::vector<const Program *> templatePrograms(const Template &t);
 std::vector<Program *> mutableTemplatePrograms(Template &t);
 const char *programRoleName(int index); // "forward", "backward", "forward_keep", "backward_kept"
+// The largest arena of any program of the plan: what the ARENA region holds.
+int64_t largestArenaBytes(const Plan &p);
 
 // The saved values of a template's forward_keep (its results after the
 // activation outputs) in a SAVED region: each 256-byte aligned, in order.
