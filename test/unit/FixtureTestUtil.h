@@ -143,6 +143,22 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
   return *p;
 }
 
+// The fixture compiled for training at batch 2 x seq 16 with the default
+// codegen options but these schedule options (slots, budgets, recompute).
+inline plan::Plan compileFixtureScheduled(const std::string &model, const codegen::ScheduleOptions &schedule) {
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 16;
+  codegen::CodegenOptions co;
+  co.schedule = schedule;
+  auto p = codegen::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return {};
+  }
+  return *p;
+}
+
 inline const char *const kFixtures[] = {"llama", "llama_noopt", "llama_sdpa", "llama_op23",
                                         "gpt2",  "gpt2_noopt",  "llama_small"};
 

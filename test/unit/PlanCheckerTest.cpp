@@ -16,18 +16,10 @@ using namespace megac::testing;
 namespace {
 
 plan::Plan compileFixture(const char *model, int weightSlots = 2, int gradSlots = 2) {
-  frontend::ImportOptions io;
-  io.batch = 2;
-  io.seq = 16;
-  codegen::CodegenOptions co;
-  co.schedule.weightSlots = weightSlots;
-  co.schedule.gradSlots = gradSlots;
-  auto p = codegen::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return {};
-  }
-  return *p;
+  codegen::ScheduleOptions so;
+  so.weightSlots = weightSlots;
+  so.gradSlots = gradSlots;
+  return compileFixtureScheduled(model, so);
 }
 
 const plan::Plan &llama() {

@@ -73,18 +73,10 @@ TEST_P(KeepPrograms, KeepingGivesTheGradientsOfRecomputing) {
 INSTANTIATE_TEST_SUITE_P(Fixtures, KeepPrograms, ::testing::ValuesIn(kFixtures));
 
 plan::Plan llamaWithBudget(int64_t budget, codegen::Recompute r = codegen::Recompute::Auto) {
-  frontend::ImportOptions io;
-  io.batch = 2;
-  io.seq = 16;
-  codegen::CodegenOptions co;
-  co.schedule.gpuBudgetBytes = budget;
-  co.schedule.recompute = r;
-  auto p = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return {};
-  }
-  return *p;
+  codegen::ScheduleOptions so;
+  so.gpuBudgetBytes = budget;
+  so.recompute = r;
+  return compileFixtureScheduled("llama", so);
 }
 
 TEST(RecomputePolicy, KeepsWhatTheBudgetHoldsBestFirst) {

@@ -13,18 +13,10 @@ using namespace megac::testing;
 namespace {
 
 plan::Plan compileLlama(int weightSlots = 2, int gradSlots = 2) {
-  frontend::ImportOptions io;
-  io.batch = 2;
-  io.seq = 16;
-  codegen::CodegenOptions co;
-  co.schedule.weightSlots = weightSlots;
-  co.schedule.gradSlots = gradSlots;
-  auto p = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return {};
-  }
-  return *p;
+  codegen::ScheduleOptions so;
+  so.weightSlots = weightSlots;
+  so.gradSlots = gradSlots;
+  return compileFixtureScheduled("llama", so);
 }
 
 // "P0 w0 | waits | records": kind letter, unit, slots, events.
