@@ -17,6 +17,12 @@ ref/targets.pb, the loss taken before each step) twice on the device:
     loss does). This one is written to <out>/<name>/ref/losses_adamw_bf16_autocast.pb
     (float32 [5], a serialized ONNX TensorProto like the other refs), and
     max |bf16 - ref/losses_adamw.pb| is printed.
+The trajectory amplifies rounding (one run's distance is one draw), so it also writes
+  - ref/losses_adamw_bf16_autocast_ensemble.pb: float32 [K, 5], K bf16-autocast runs from the
+    start weights nudged one fp32 ulp up or down per element (--ensemble K, default 8; the
+    fixtures hold K = 16), with the fp32 spread under the same nudges printed beside it;
+  - ref/grad_error_bf16_autocast.pb: float32 [2], the first step's autocast gradients against
+    the fp32 ones: mean relative L2 error over parameters, fraction of elements whose sign flips.
 
 Needs torch, transformers and numpy; onnx if present (a minimal protobuf reader/writer for
 TensorProto and ModelProto initializers stands in where it is not).
@@ -252,8 +258,23 @@ def loss_of(model, ids, tgt):
     return torch.nn.functional.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1))
 
 
-def trajectory(model, ids, tgt, device, bf16):
-    model = copy.deepcopy(model).to(device)  # fp32 master weights whatever the mode
+def nudge_one_ulp(model, seed):
+    """Every weight moved one fp32 ulp up or down (a fair coin per element, seeded): a change
+    far below what fp32 training resolves, which re-rolls every bf16 rounding."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in model.parameters():
+            up = torch.rand(p.shape, generator=g) < 0.5
+            toward = torch.where(up, torch.full_like(p, float("inf")), torch.full_like(p, float("-inf")))
+            p.copy_(torch.nextafter(p, toward))
+    return model
+
+
+def trajectory(model, ids, tgt, device, bf16, nudge_seed=None):
+    model = copy.deepcopy(model)
+    if nudge_seed is not None:
+        nudge_one_ulp(model, nudge_seed)
+    model = model.to(device)  # fp32 master weights whatever the mode
     ids, tgt = ids.to(device), tgt.to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=BETAS, eps=EPS, weight_decay=WEIGHT_DECAY)
     losses = []
@@ -267,7 +288,28 @@ def trajectory(model, ids, tgt, device, bf16):
     return np.array(losses, dtype=np.float32)
 
 
-def run_fixture(name, data_dir, device, out_dir):
+def first_gradients(model, ids, tgt, device, bf16):
+    """name -> d loss / d parameter at the start weights, fp32 or under autocast."""
+    model = copy.deepcopy(model).to(device)
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+        loss = loss_of(model, ids.to(device), tgt.to(device))
+    loss.backward()
+    return {n: p.grad.detach().double().cpu() for n, p in model.named_parameters()}
+
+
+def gradient_error(test, ref):
+    """[mean over parameters of ||test - ref|| / ||ref||, fraction of elements whose sign flips
+    (test * ref < 0)]: the same two numbers megac's GPU test takes of its bf16 gradients."""
+    rel, flips, n = [], 0, 0
+    for name, r in ref.items():
+        t = test[name]
+        rel.append(float((t - r).norm() / max(float(r.norm()), 1e-30)))
+        flips += int((t * r < 0).sum())
+        n += r.numel()
+    return [float(np.mean(rel)), flips / n]
+
+
+def run_fixture(name, data_dir, device, out_dir, ensemble):
     d = os.path.join(data_dir, name)
     meta = json.load(open(os.path.join(d, "meta.json")))
     r = {"fixture": name, "model": meta["model"], "attn": meta["attn"]}
@@ -283,6 +325,8 @@ def run_fixture(name, data_dir, device, out_dir):
         r["fp32_loss"] = float(loss_of(copy.deepcopy(model).to(device), ids.to(device), tgt.to(device)))
     r["fp32_loss_rel_err"] = abs(r["fp32_loss"] - ref_loss) / abs(ref_loss)
     fp32 = trajectory(model, ids, tgt, device, bf16=False)
+    r["bf16_grad_error"] = gradient_error(first_gradients(model, ids, tgt, device, True),
+                                          first_gradients(model, ids, tgt, device, False))
     bf16 = trajectory(model, ids, tgt, device, bf16=True)
     bf16_again = trajectory(model, ids, tgt, device, bf16=True)
     r["ref_losses_adamw"] = ref_traj.tolist()
@@ -292,12 +336,28 @@ def run_fixture(name, data_dir, device, out_dir):
     r["bf16_max_abs_vs_ref"] = float(np.abs(bf16 - ref_traj).max())
     r["bf16_bound_for_megac"] = 1.5 * r["bf16_max_abs_vs_ref"]
     r["bf16_rerun_max_abs"] = float(np.abs(bf16 - bf16_again).max())  # run-to-run noise of the device
+    # The trajectory amplifies rounding (lr 1e-2 at the edge of stability): one run's distance is
+    # one draw. The ensemble re-rolls bf16 rounding by one-ulp nudges of the start weights; its
+    # mean distance is PyTorch's bf16 distance without the luck of one draw. The fp32 ensemble
+    # shows what the same nudges do without bf16 (the fp32 reference's own sensitivity).
+    bf16_ens = np.stack([trajectory(model, ids, tgt, device, True, k + 1) for k in range(ensemble)]) if ensemble else None
+    fp32_ens = np.stack([trajectory(model, ids, tgt, device, False, k + 1) for k in range(ensemble)]) if ensemble else None
+    if ensemble:
+        d_bf16 = np.abs(bf16_ens - ref_traj).max(axis=1)
+        r["bf16_ensemble_max_abs_vs_ref"] = d_bf16.tolist()
+        r["bf16_ensemble_mean"] = float(d_bf16.mean())
+        r["fp32_ensemble_max_abs_vs_ref"] = np.abs(fp32_ens - ref_traj).max(axis=1).tolist()
     r["ok"] = (r["params_from_onnx"] == r["params"] and r["fp32_loss_rel_err"] <= 1e-5
                and r["fp32_max_abs_vs_ref"] <= FP32_TRAJECTORY_TOL)
     if out_dir:
         path = os.path.join(out_dir, name, "ref", "losses_adamw_bf16_autocast.pb")
         write_tensor(path, bf16, "losses_adamw_bf16_autocast")
         r["written"] = path
+        write_tensor(os.path.join(out_dir, name, "ref", "grad_error_bf16_autocast.pb"), np.array(r["bf16_grad_error"]),
+                     "grad_error_bf16_autocast")
+        if ensemble:
+            write_tensor(os.path.join(out_dir, name, "ref", "losses_adamw_bf16_autocast_ensemble.pb"), bf16_ens,
+                         "losses_adamw_bf16_autocast_ensemble")
     return r
 
 
@@ -307,6 +367,7 @@ def main():
     ap.add_argument("--data", default=os.path.join(REPO, "test", "data"), help="the fixtures' folder")
     ap.add_argument("--fixtures", default="", help="comma list (default: every folder with a meta.json)")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--ensemble", type=int, default=8, help="one-ulp-nudged runs per mode (0: none)")
     args = ap.parse_args()
 
     device = torch.device(args.device)
@@ -326,12 +387,18 @@ def main():
     print(f"{'fixture':<12} {'weights':>9} {'loss rel':>9} {'fp32 vs ref':>11} {'bf16 vs ref':>11} "
           f"{'1.5x bound':>10} {'bf16 rerun':>10}  bf16 losses")
     for name in names:
-        r = run_fixture(name, args.data, device, out_dir)
+        r = run_fixture(name, args.data, device, out_dir, args.ensemble)
         results.append(r)
         weights = f"{r['params_from_onnx']}/{r['params']}" + ("" if r["rebuild_vs_fixture_max_abs"] == 0 else "*")
         print(f"{name:<12} {weights:>9} {r['fp32_loss_rel_err']:9.1e} {r['fp32_max_abs_vs_ref']:11.2e} "
               f"{r['bf16_max_abs_vs_ref']:11.2e} {r['bf16_bound_for_megac']:10.2e} {r['bf16_rerun_max_abs']:10.1e}  "
               f"{' '.join(f'{x:.5f}' for x in r['bf16_losses'])}" + ("" if r["ok"] else "  CHECK FAILED"), flush=True)
+        if args.ensemble:
+            print(f"{'':<12} first gradients under autocast: mean relative error {r['bf16_grad_error'][0]:.2e}, "
+                  f"sign flips {r['bf16_grad_error'][1]:.2e}", flush=True)
+            print(f"{'':<12} {args.ensemble} nudged runs: bf16 vs ref mean {r['bf16_ensemble_mean']:.2e} "
+                  f"(min {min(r['bf16_ensemble_max_abs_vs_ref']):.2e}, max {max(r['bf16_ensemble_max_abs_vs_ref']):.2e}); "
+                  f"fp32 vs ref max {max(r['fp32_ensemble_max_abs_vs_ref']):.2e}", flush=True)
     print(f"(weights: parameters loaded from the fixture's ONNX / in the model; * = the rebuild differed from the "
           f"file, which was used; {time.time() - t0:.0f} s)")
     if out_dir:

@@ -11,7 +11,10 @@
 #include "llvm/Support/FileSystem.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <random>
+#include <string>
 
 using namespace megac;
 using namespace megac::testing;
@@ -152,34 +155,73 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTrain, ::testing::ValuesIn(modeCases()), [
 
 // bf16: the five-step trajectory is no farther from the fp32 reference than
 // PyTorch's own bf16-autocast trajectory on the same fixture, times 1.5.
+// At the fixtures' lr 1e-2 the trajectory amplifies rounding: one run's
+// distance is one draw (PyTorch's own, from identical weights, is 0.010 with
+// eager attention and 0.052 with sdpa on the same Llama). So both sides are
+// measured as the mean over the same kind of ensemble: start weights nudged
+// one fp32 ulp up or down per element (seeds 1..K), which re-rolls every bf16
+// rounding and moves the fp32 trajectory by ~1e-4 (bench/bf16_reference.py
+// makes PyTorch's, ref/losses_adamw_bf16_autocast_ensemble.pb). The single
+// unnudged draw is printed beside it.
 class GpuTrainBf16 : public ::testing::TestWithParam<const char *> {};
+
+// max over the five steps of |loss - ref| for one bf16 run from the fixture's
+// weights, each nudged one ulp by `nudgeSeed` (0: not nudged).
+double bf16Distance(const plan::Plan &p, const std::string &model, const Tensor &ref, unsigned nudgeSeed,
+                    std::string *losses = nullptr) {
+  auto gpu = gpuTrainer(p);
+  if (!gpu) return INFINITY;
+  if (nudgeSeed) {
+    std::mt19937 rng(nudgeSeed);
+    for (float &w : gpu->state().params) w = std::nextafter(w, (rng() & 1) ? INFINITY : -INFINITY);
+  }
+  Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
+  double worst = 0;
+  for (int s = 0; s < 5; ++s) {
+    auto b = gpu->step({{ids, targets}}, 1e-2f);
+    if (!b) {
+      ADD_FAILURE() << llvm::toString(b.takeError());
+      return INFINITY;
+    }
+    worst = std::max(worst, std::abs(b->loss - ref.getAsDouble(s)));
+    if (losses) *losses += " " + std::to_string(b->loss).substr(0, 7);
+  }
+  return worst;
+}
 
 TEST_P(GpuTrainBf16, TrajectoryWithinPyTorchAutocastDistance) {
   std::string model = GetParam();
-  std::string autocastFile = fixtureDir(model) + "/ref/losses_adamw_bf16_autocast.pb";
-  if (!llvm::sys::fs::exists(autocastFile))
-    GTEST_SKIP() << model << ": no PyTorch bf16-autocast reference (bench/bf16_reference.py makes it)";
+  std::string ensembleFile = fixtureDir(model) + "/ref/losses_adamw_bf16_autocast_ensemble.pb";
+  if (!llvm::sys::fs::exists(ensembleFile))
+    GTEST_SKIP() << model << ": no PyTorch bf16-autocast ensemble (bench/bf16_reference.py makes it)";
   Tensor ref = loadRef(model, "losses_adamw.pb"), autocast = loadRef(model, "losses_adamw_bf16_autocast.pb");
+  Tensor ensemble = loadRef(model, "losses_adamw_bf16_autocast_ensemble.pb");
+  ASSERT_EQ(ensemble.shape().size(), 2u);
+  const int64_t runs = ensemble.shape()[0];
+  ASSERT_EQ(ensemble.shape()[1], 5);
+  ASSERT_GE(runs, 4);
   plan::Plan p = compileFixturePlan(model, "bf16");
-  auto gpu = gpuTrainer(p);
-  ASSERT_TRUE(gpu);
-  Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
-  double ours = 0, torch = 0;
-  std::string steps;
-  for (int s = 0; s < 5; ++s) {
-    auto b = gpu->step({{ids, targets}}, 1e-2f);
-    ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
-    ours = std::max(ours, std::abs(b->loss - ref.getAsDouble(s)));
-    torch = std::max(torch, std::abs(autocast.getAsDouble(s) - ref.getAsDouble(s)));
-    char buf[96];
-    std::snprintf(buf, sizeof buf, " %.5f/%.5f/%.5f", b->loss, autocast.getAsDouble(s), ref.getAsDouble(s));
-    steps += buf;
-  }
-  std::printf("%s bf16: max |loss - fp32 reference| megac %.3g, PyTorch autocast %.3g (megac/autocast/fp32 per step:%s)\n",
-              model.c_str(), ours, torch, steps.c_str());
-  EXPECT_LE(ours, 1.5 * torch + 1e-6) << model;
-}
 
+  double torchMean = 0, oursMean = 0, torchOne = 0;
+  for (int64_t k = 0; k < runs; ++k) {
+    double d = 0;
+    for (int64_t s = 0; s < 5; ++s) d = std::max(d, std::abs(ensemble.getAsDouble(k * 5 + s) - ref.getAsDouble(s)));
+    torchMean += d / double(runs);
+  }
+  for (int64_t s = 0; s < 5; ++s) torchOne = std::max(torchOne, std::abs(autocast.getAsDouble(s) - ref.getAsDouble(s)));
+  std::string draws;
+  for (int64_t k = 0; k < runs; ++k) {
+    double d = bf16Distance(p, model, ref, unsigned(k + 1));
+    oursMean += d / double(runs);
+    draws += " " + std::to_string(d).substr(0, 6);
+  }
+  std::string losses;
+  double oursOne = bf16Distance(p, model, ref, 0, &losses);
+  std::printf("%s bf16: max |loss - fp32 reference|, mean of %lld nudged runs: megac %.3g, PyTorch autocast %.3g "
+              "(megac's runs:%s); one unnudged run: megac %.3g, PyTorch %.3g (megac's losses:%s)\n",
+              model.c_str(), (long long)runs, oursMean, torchMean, draws.c_str(), oursOne, torchOne, losses.c_str());
+  EXPECT_LE(oursMean, 1.5 * torchMean) << model;
+}
 
 // bf16 gradients of one step against the fp32 CPU backend's, parameter by
 // parameter (the worst three printed): bf16 operands carry 8 bits of
@@ -204,6 +246,24 @@ TEST_P(GpuTrainBf16, GradientsNearTheFp32Backend) {
     std::printf(" %s %.3g", errs[i].second.c_str(), errs[i].first);
   std::printf("\n");
   for (const auto &[e, name] : errs) EXPECT_LT(e, 5e-2) << model << ": bf16 gradient of " << name;
+
+  // Beside PyTorch's autocast gradients on the same weights (bench/bf16_reference.py):
+  // the mean relative error over parameters, and the fraction of elements whose sign
+  // flips (AdamW's first step moves each weight by lr * sign(g), so flips are what
+  // the trajectory amplifies).
+  std::string torchFile = fixtureDir(model) + "/ref/grad_error_bf16_autocast.pb";
+  if (!llvm::sys::fs::exists(torchFile)) return;
+  Tensor torch = loadRef(model, "grad_error_bf16_autocast.pb");
+  double meanRel = 0;
+  for (const auto &[e, name] : errs) meanRel += e / double(errs.size());
+  int64_t flips = 0;
+  for (size_t i = 0; i < gc.size(); ++i) flips += double(gg[i]) * double(gc[i]) < 0;
+  const double flipFraction = double(flips) / double(gc.size());
+  std::printf("%s bf16 gradients vs fp32: mean relative error megac %.3g, PyTorch autocast %.3g; sign flips megac "
+              "%.3g, PyTorch %.3g\n",
+              model.c_str(), meanRel, torch.getAsDouble(0), flipFraction, torch.getAsDouble(1));
+  EXPECT_LE(meanRel, torch.getAsDouble(0)) << model;
+  EXPECT_LE(flipFraction, torch.getAsDouble(1)) << model;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTrainBf16, ::testing::ValuesIn(kFixtures));

@@ -1,0 +1,1 @@
+Bgrad_error_bf16_autocastJ8SÖ;1Ží:

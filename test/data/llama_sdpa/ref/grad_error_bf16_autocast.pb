@@ -1,0 +1,1 @@
+Bgrad_error_bf16_autocastJmĞ;Á@ı:
