@@ -2,7 +2,7 @@
 // A machine profile: what the cost model and the planner know of the machine
 // a plan is made for. The file format (bench/h200.profile, written by
 // megac_profile) is one `key = value` per line; `#` starts a comment. The
-// built-in default is the lent H200's profile, measured 2026-12-03 (bench/h200.profile).
+// built-in default is the lent H200's profile, measured 2026-12-04 (bench/h200.profile).
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
@@ -12,31 +12,31 @@ namespace megac::plan {
 
 struct MachineProfile {
   std::string description = "NVIDIA H200, 16 CPU threads (built in: bench/h200.profile)";
-  double pcieH2dGBps = 55.27;         // pcie_h2d_gbps: pinned host -> device
-  double pcieD2hGBps = 55.26;         // pcie_d2h_gbps: device -> pinned host
-  double pcieBothGBps = 89.92;        // pcie_both_gbps: both directions at once, summed
-  double pciePageableH2dGBps = 6.358; // pcie_pageable_h2d_gbps
-  double gemmBf16Tflops = 712.1;      // gemm_bf16_tflops: cuBLASLt, fp32 accumulation
-  double gemmTf32Tflops = 365.6;      // gemm_tf32_tflops
-  double gemmFp32Tflops = 51.04;      // gemm_fp32_tflops
-  double hostMemGBps = 73.73;         // host_mem_gbps: host memcpy
-  double cpuAdamwParamsPerS = 4.07e9; // cpu_adamw_params_per_s
+  double pcieH2dGBps = 55.5;          // pcie_h2d_gbps: pinned host -> device
+  double pcieD2hGBps = 55.33;         // pcie_d2h_gbps: device -> pinned host
+  double pcieBothGBps = 97.1;         // pcie_both_gbps: both directions at once, summed
+  double pciePageableH2dGBps = 8.169; // pcie_pageable_h2d_gbps
+  double gemmBf16Tflops = 709.4;      // gemm_bf16_tflops: cuBLASLt, fp32 accumulation
+  double gemmTf32Tflops = 365.5;      // gemm_tf32_tflops
+  double gemmFp32Tflops = 51.01;      // gemm_fp32_tflops
+  double hostMemGBps = 77.08;         // host_mem_gbps: host memcpy
+  double cpuAdamwParamsPerS = 4.918e9; // cpu_adamw_params_per_s
   double gpuMemGiB = 139.8;           // gpu_mem_gib: the device's total memory
   double gpuMemFreeGiB = 139.3;       // gpu_mem_free_gib: free when measured: what a plan may use
   // gpu_hbm_gbps (optional): device memory bandwidth (a device-to-device
   // copy, read + write) the cost model gives memory-bound ops.
-  double gpuHbmGBps = 4204;
+  double gpuHbmGBps = 4228;
   // attention_bf16_tflops (optional): what megac's bf16 attention (cuDNN's
   // fused SDPA, with its fp32<->bf16 conversions) achieves forward plus
-  // backward, in the cost model's attention flops (CostModel.cpp): 204 on the
+  // backward, in the cost model's attention flops (CostModel.cpp): 203 on the
   // H200, where the GEMM rate would have been 3.5x too fast.
-  double attentionBf16Tflops = 204.4;
+  double attentionBf16Tflops = 202.7;
   // cpu_adamw_under_dma_params_per_s and pcie_both_under_adamw_gbps
   // (optional; 0: not measured): the CPU AdamW and both-way pinned copies
   // measured running at once, as the backward runs them. They share the
   // host's memory bandwidth, so each goes slower than alone.
-  double cpuAdamwUnderDmaParamsPerS = 2.995e9;
-  double pcieBothUnderAdamwGBps = 70.9;
+  double cpuAdamwUnderDmaParamsPerS = 3.134e9;
+  double pcieBothUnderAdamwGBps = 69.02;
 
   // The GPU memory a plan may use by default (--gpu-mem): the free memory.
   int64_t usableGpuBytes() const { return gibToBytes(gpuMemFreeGiB); }

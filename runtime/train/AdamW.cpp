@@ -2,38 +2,177 @@
 
 #include "runtime/cpu/Kernel.h"
 
+#include <immintrin.h>
+
 #include <algorithm>
+#include <atomic>
+#include <functional>
 #include <cmath>
 #include <thread>
 
 namespace megac::runtime {
 
-// One clone per instruction set, chosen at load time (AVX-512, AVX2, baseline).
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adamwUpdate(float *__restrict param, const float *__restrict grad, float *__restrict m, float *__restrict v,
-                 int64_t n, int64_t step, const AdamWHyper &h, bool decay, float gradScale) {
-  // torch: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
-  //        p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+namespace {
+
+// torch: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
+//        p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
+// Every path below rounds exactly as `one` does (the same fused multiply-adds in
+// the same order), so where a thread's range starts never changes a result.
+struct Coefficients {
+  float b1, c1, b2, c2, stepSize, invBc2Sqrt, eps, decay, gradScale;
+};
+
+Coefficients coefficients(int64_t step, const AdamWHyper &h, bool decay, float gradScale) {
   const double bc1 = 1.0 - std::pow(double(h.beta1), double(step));
   const double bc2 = 1.0 - std::pow(double(h.beta2), double(step));
-  const float stepSize = float(double(h.lr) / bc1);
-  const float invBc2Sqrt = float(1.0 / std::sqrt(bc2));
-  const float decayFactor = decay ? 1.0f - h.lr * h.weightDecay : 1.0f;
-  const float b1 = h.beta1, b2 = h.beta2, eps = h.eps;
-#pragma GCC ivdep
-  for (int64_t i = 0; i < n; ++i) {
-    float g = grad[i] * gradScale;
-    float p = param[i] * decayFactor;
-    float mi = b1 * m[i] + (1.0f - b1) * g;
-    float vi = b2 * v[i] + (1.0f - b2) * g * g;
-    m[i] = mi;
-    v[i] = vi;
-    param[i] = p - stepSize * mi / (std::sqrt(vi) * invBc2Sqrt + eps);
-  }
+  return {h.beta1,      1.0f - h.beta1, h.beta2, 1.0f - h.beta2, float(double(h.lr) / bc1), float(1.0 / std::sqrt(bc2)),
+          h.eps,        decay ? 1.0f - h.lr * h.weightDecay : 1.0f, gradScale};
 }
+
+inline void one(float &p, float grad, float &m, float &v, const Coefficients &k) {
+  const float g = grad * k.gradScale;
+  const float mi = std::fma(k.b1, m, k.c1 * g);
+  const float vi = std::fma(k.b2, v, k.c2 * (g * g));
+  const float den = std::fma(std::sqrt(vi), k.invBc2Sqrt, k.eps);
+  m = mi;
+  v = vi;
+  p = std::fma(-k.stepSize, mi / den, p * k.decay);
+}
+
+// The update reads and writes 28 bytes per parameter and computes little: it
+// runs at the host's memory bandwidth. Non-temporal stores for p, m and v
+// (written once, read again only by the next step or the H2D copy) skip the
+// cache on the way out: on the H200 machine, 16 threads went from 3.3-4.2 to
+// 4.6-5.0 G params/s with them. They need aligned addresses: the head runs
+// scalar until p is aligned, and an array whose alignment differs from p's is
+// stored plainly.
+// GCC 12 flags the _mm512_undefined_ps() inside its own _mm512_sqrt_ps.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+__attribute__((target("avx512f"))) void updateAvx512(float *__restrict param, const float *__restrict grad,
+                                                     float *__restrict m, float *__restrict v, int64_t n,
+                                                     const Coefficients &k) {
+  int64_t i = 0;
+  for (; i < n && (reinterpret_cast<uintptr_t>(param + i) & 63) != 0; ++i) one(param[i], grad[i], m[i], v[i], k);
+  const bool mAligned = (reinterpret_cast<uintptr_t>(m + i) & 63) == 0;
+  const bool vAligned = (reinterpret_cast<uintptr_t>(v + i) & 63) == 0;
+  const __m512 b1 = _mm512_set1_ps(k.b1), c1 = _mm512_set1_ps(k.c1), b2 = _mm512_set1_ps(k.b2),
+               c2 = _mm512_set1_ps(k.c2), negStep = _mm512_set1_ps(-k.stepSize),
+               invBc2Sqrt = _mm512_set1_ps(k.invBc2Sqrt), eps = _mm512_set1_ps(k.eps),
+               decay = _mm512_set1_ps(k.decay), gradScale = _mm512_set1_ps(k.gradScale);
+  for (; i + 16 <= n; i += 16) {
+    const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), gradScale);
+    const __m512 mi = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m + i), _mm512_mul_ps(c1, g));
+    const __m512 vi = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v + i), _mm512_mul_ps(c2, _mm512_mul_ps(g, g)));
+    const __m512 den = _mm512_fmadd_ps(_mm512_sqrt_ps(vi), invBc2Sqrt, eps);
+    const __m512 p = _mm512_fmadd_ps(negStep, _mm512_div_ps(mi, den), _mm512_mul_ps(_mm512_load_ps(param + i), decay));
+    if (mAligned) _mm512_stream_ps(m + i, mi);
+    else _mm512_storeu_ps(m + i, mi);
+    if (vAligned) _mm512_stream_ps(v + i, vi);
+    else _mm512_storeu_ps(v + i, vi);
+    _mm512_stream_ps(param + i, p);
+  }
+  for (; i < n; ++i) one(param[i], grad[i], m[i], v[i], k);
+  _mm_sfence(); // the streamed stores are visible before the caller signals that the update is done
+}
+#pragma GCC diagnostic pop
+
+__attribute__((target("avx2,fma"))) void updateAvx2(float *__restrict param, const float *__restrict grad,
+                                                   float *__restrict m, float *__restrict v, int64_t n,
+                                                   const Coefficients &k) {
+  int64_t i = 0;
+  for (; i < n && (reinterpret_cast<uintptr_t>(param + i) & 31) != 0; ++i) one(param[i], grad[i], m[i], v[i], k);
+  const bool mAligned = (reinterpret_cast<uintptr_t>(m + i) & 31) == 0;
+  const bool vAligned = (reinterpret_cast<uintptr_t>(v + i) & 31) == 0;
+  const __m256 b1 = _mm256_set1_ps(k.b1), c1 = _mm256_set1_ps(k.c1), b2 = _mm256_set1_ps(k.b2),
+               c2 = _mm256_set1_ps(k.c2), negStep = _mm256_set1_ps(-k.stepSize),
+               invBc2Sqrt = _mm256_set1_ps(k.invBc2Sqrt), eps = _mm256_set1_ps(k.eps),
+               decay = _mm256_set1_ps(k.decay), gradScale = _mm256_set1_ps(k.gradScale);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_mul_ps(_mm256_loadu_ps(grad + i), gradScale);
+    const __m256 mi = _mm256_fmadd_ps(b1, _mm256_loadu_ps(m + i), _mm256_mul_ps(c1, g));
+    const __m256 vi = _mm256_fmadd_ps(b2, _mm256_loadu_ps(v + i), _mm256_mul_ps(c2, _mm256_mul_ps(g, g)));
+    const __m256 den = _mm256_fmadd_ps(_mm256_sqrt_ps(vi), invBc2Sqrt, eps);
+    const __m256 p = _mm256_fmadd_ps(negStep, _mm256_div_ps(mi, den), _mm256_mul_ps(_mm256_load_ps(param + i), decay));
+    if (mAligned) _mm256_stream_ps(m + i, mi);
+    else _mm256_storeu_ps(m + i, mi);
+    if (vAligned) _mm256_stream_ps(v + i, vi);
+    else _mm256_storeu_ps(v + i, vi);
+    _mm256_stream_ps(param + i, p);
+  }
+  for (; i < n; ++i) one(param[i], grad[i], m[i], v[i], k);
+  _mm_sfence();
+}
+
+void updateScalar(float *param, const float *grad, float *m, float *v, int64_t n, const Coefficients &k) {
+  for (int64_t i = 0; i < n; ++i) one(param[i], grad[i], m[i], v[i], k);
+}
+
+using UpdateFn = void (*)(float *, const float *, float *, float *, int64_t, const Coefficients &);
+
+UpdateFn updateFor(AdamWIsa isa) {
+  switch (isa) {
+  case AdamWIsa::Avx512: return updateAvx512;
+  case AdamWIsa::Avx2: return updateAvx2;
+  case AdamWIsa::Scalar: break;
+  }
+  return updateScalar;
+}
+
+} // namespace
+
+bool adamwIsaSupported(AdamWIsa isa) {
+  __builtin_cpu_init();
+  switch (isa) {
+  case AdamWIsa::Avx512: return __builtin_cpu_supports("avx512f");
+  case AdamWIsa::Avx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+  case AdamWIsa::Scalar: return true;
+  }
+  return false;
+}
+
+AdamWIsa adamwBestIsa() {
+  for (AdamWIsa isa : {AdamWIsa::Avx512, AdamWIsa::Avx2})
+    if (adamwIsaSupported(isa)) return isa;
+  return AdamWIsa::Scalar;
+}
+
+void adamwUpdateIsa(AdamWIsa isa, float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
+                    const AdamWHyper &h, bool decay, float gradScale) {
+  updateFor(isa)(param, grad, m, v, n, coefficients(step, h, decay, gradScale));
+}
+
+void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, const AdamWHyper &h,
+                 bool decay, float gradScale) {
+  static const UpdateFn update = updateFor(adamwBestIsa());
+  update(param, grad, m, v, n, coefficients(step, h, decay, gradScale));
+}
+
+namespace {
+
+// Runs fn over [0, total) in chunks of 256 Ki elements (1 MB of each array)
+// that `threads` threads take in turn: a thread the OS delays costs a chunk,
+// not its even share (an even split ran at 3.3-4.0 G params/s on the H200
+// machine, chunks taken in turn at 4.7-4.9).
+void forChunks(int64_t total, int threads, const std::function<void(int64_t, int64_t)> &fn) {
+  constexpr int64_t kChunk = int64_t(1) << 18;
+  const int64_t chunks = (total + kChunk - 1) / kChunk;
+  const int workers = int(std::min<int64_t>(std::max(threads, 1), chunks));
+  std::atomic<int64_t> next{0};
+  auto work = [&] {
+    for (int64_t c; (c = next.fetch_add(1)) < chunks;) fn(c * kChunk, std::min(total, (c + 1) * kChunk));
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < workers; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread &t : pool) t.join();
+}
+
+} // namespace
 
 void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
                          const AdamWHyper &h, bool decay, float gradScale) {
-  cpu::parallelFor(n, 16, [&](int64_t b, int64_t e) {
+  forChunks(n, cpu::numThreads(), [&](int64_t b, int64_t e) {
     adamwUpdate(param + b, grad + b, m + b, v + b, e - b, step, h, decay, gradScale);
   });
 }
@@ -42,10 +181,7 @@ void adamwUpdateSegments(const std::vector<AdamWSegment> &segments, int64_t step
                          float gradScale, int threads) {
   int64_t total = 0;
   for (const AdamWSegment &s : segments) total += s.n;
-  // Chunks of whole cache lines, at least 64 Ki elements each.
-  int64_t chunk = std::max<int64_t>((total + threads - 1) / std::max(threads, 1), 1 << 16);
-  chunk = (chunk + 15) / 16 * 16;
-  auto range = [&](int64_t b, int64_t e) {
+  forChunks(total, threads, [&](int64_t b, int64_t e) {
     int64_t at = 0;
     for (const AdamWSegment &s : segments) {
       int64_t lo = std::max(b, at), hi = std::min(e, at + s.n);
@@ -54,11 +190,7 @@ void adamwUpdateSegments(const std::vector<AdamWSegment> &segments, int64_t step
                     s.decay, gradScale);
       at += s.n;
     }
-  };
-  std::vector<std::thread> workers;
-  for (int64_t b = chunk; b < total; b += chunk) workers.emplace_back(range, b, std::min(total, b + chunk));
-  range(0, std::min(total, chunk));
-  for (std::thread &w : workers) w.join();
+  });
 }
 
 } // namespace megac::runtime

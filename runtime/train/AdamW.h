@@ -1,7 +1,7 @@
 #pragma once
 // AdamW on fp32 host arrays, exactly as torch.optim.AdamW (decoupled weight
-// decay, bias correction). Vectorized by the compiler; split across threads
-// by the caller or by adamwUpdateParallel.
+// decay, bias correction). AVX-512 or AVX2 with non-temporal stores, chosen at
+// run time; split across threads by the caller or by adamwUpdateParallel.
 #include <cstdint>
 #include <vector>
 
@@ -19,6 +19,14 @@ struct AdamWHyper {
 // (clipping, averaging of accumulated micro-batches).
 void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, const AdamWHyper &h,
                  bool decay, float gradScale = 1.0f);
+
+// The instruction-set paths of adamwUpdate (it takes the best one the CPU has):
+// all round identically; the tests run each against the scalar one.
+enum class AdamWIsa { Scalar, Avx2, Avx512 };
+bool adamwIsaSupported(AdamWIsa isa);
+AdamWIsa adamwBestIsa();
+void adamwUpdateIsa(AdamWIsa isa, float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
+                    const AdamWHyper &h, bool decay, float gradScale = 1.0f);
 
 // The same, split over the kernel threads.
 void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,

@@ -96,7 +96,9 @@ TEST(RecomputePolicy, KeepsWhatTheBudgetHoldsBestFirst) {
   EXPECT_LE(some.schedule().device_bytes(), middle / 100 * 97);
   EXPECT_FALSE(llvm::errorToBool(plan::checkPlan(some)));
   // The two layers save the same bytes for the same work: the later one is kept first.
-  if (keptUnits(some) == 1 && !some.units(3).keep_activations()) EXPECT_TRUE(some.units(2).keep_activations());
+  if (keptUnits(some) == 1 && !some.units(3).keep_activations()) {
+    EXPECT_TRUE(some.units(2).keep_activations());
+  }
 }
 
 TEST(RecomputePolicy, ParsesItsFlag) {

@@ -49,7 +49,7 @@ TEST(AdamW, NoDecayAndGradScale) {
 // one adamwUpdate per parameter, whatever the thread count and boundaries.
 TEST(AdamW, SegmentsMatchOneUpdatePerParameter) {
   AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
-  const int64_t sizes[] = {3, 70000, 1, 131072 + 5, 64};
+  const int64_t sizes[] = {3, 70000, 1, 131072 + 5, 64, 600001}; // the last spans chunks
   int64_t total = 0;
   for (int64_t n : sizes) total += n + 7; // gaps between parameters stay untouched
   for (int threads : {1, 2, 5, 16}) {
@@ -72,6 +72,38 @@ TEST(AdamW, SegmentsMatchOneUpdatePerParameter) {
     EXPECT_EQ(p, pr) << threads << " threads";
     EXPECT_EQ(m, mr) << threads << " threads";
     EXPECT_EQ(v, vr) << threads << " threads";
+  }
+}
+
+// Every instruction-set path this CPU has rounds exactly as the scalar one,
+// whatever the alignment of each array (the vector paths stream p, m and v
+// where aligned and fall back to plain stores where not).
+TEST(AdamW, EveryIsaMatchesScalarAtAnyAlignment) {
+  AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
+  const int64_t n = 1000;
+  for (AdamWIsa isa : {AdamWIsa::Avx2, AdamWIsa::Avx512}) {
+    if (!adamwIsaSupported(isa)) {
+      std::printf("[ SKIPPED  ] AdamW ISA %d: not on this CPU\n", int(isa));
+      continue;
+    }
+    for (int shift : {0, 1, 3, 8, 15}) {
+      // p at offset 0..15 floats from a 64-byte boundary, m and v at other phases.
+      alignas(64) static float p[1100], m[1100], v[1100], g[1100], pr[1100], mr[1100], vr[1100];
+      for (int64_t i = 0; i < 1100; ++i) {
+        p[i] = pr[i] = std::sin(float(i) * 0.37f);
+        m[i] = mr[i] = 0.01f * std::cos(float(i));
+        v[i] = vr[i] = 1e-4f * (1.5f + std::sin(float(i) * 0.11f));
+        g[i] = std::cos(float(i) * 0.29f) * (i % 7 == 0 ? 1e-6f : 1.0f);
+      }
+      for (int64_t step = 2; step <= 3; ++step) {
+        adamwUpdateIsa(isa, p + shift, g + 2, m + (shift + 1) % 16, v + shift, n, step, h, true, 0.5f);
+        adamwUpdateIsa(AdamWIsa::Scalar, pr + shift, g + 2, mr + (shift + 1) % 16, vr + shift, n, step, h, true,
+                       0.5f);
+      }
+      EXPECT_EQ(0, std::memcmp(p, pr, sizeof p)) << "ISA " << int(isa) << ", shift " << shift;
+      EXPECT_EQ(0, std::memcmp(m, mr, sizeof m)) << "ISA " << int(isa) << ", shift " << shift;
+      EXPECT_EQ(0, std::memcmp(v, vr, sizeof v)) << "ISA " << int(isa) << ", shift " << shift;
+    }
   }
 }
 
