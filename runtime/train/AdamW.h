@@ -1,7 +1,7 @@
 #pragma once
 // AdamW on fp32 host arrays, exactly as torch.optim.AdamW (decoupled weight
-// decay, bias correction). AVX-512 or AVX2 with non-temporal stores, chosen at
-// run time; split across threads by the caller or by adamwUpdateParallel.
+// decay, bias correction). AVX-512 with non-temporal stores, or AVX2, chosen
+// at run time; split across threads by the caller or by adamwUpdateParallel.
 #include <cstdint>
 #include <vector>
 

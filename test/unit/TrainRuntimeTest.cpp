@@ -76,7 +76,7 @@ TEST(AdamW, SegmentsMatchOneUpdatePerParameter) {
 }
 
 // Every instruction-set path this CPU has rounds exactly as the scalar one,
-// whatever the alignment of each array (the vector paths stream p, m and v
+// whatever the alignment of each array (the AVX-512 path streams p, m and v
 // where aligned and fall back to plain stores where not).
 TEST(AdamW, EveryIsaMatchesScalarAtAnyAlignment) {
   AdamWHyper h{1e-2f, 0.9f, 0.95f, 1e-8f, 0.1f};
