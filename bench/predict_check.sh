@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# The cost model's prediction against a measured run, for one exported preset: exports it
+# without weights (bench/export_bench_model.py), compiles it at batch B x seq 2048, prints
+# `megac plan`'s prediction (built-in profile, or --profile FILE via PROFILE=FILE), runs STEPS
+# steps with --init on random tokens and prints the median measured step (steps 2..N) and
+# lanes beside the predicted ones. Issue 5 asks this for the 2.8B bench and for the largest
+# model the machine's host memory holds (Llama-3.1-8B at batch 8 on the H200 machine).
+#
+# Run ON THE GPU MACHINE from the repo root:   bench/predict_check.sh BUILD_DIR llama8b 8
+# BUILD_DIR holds megac built with CUDA (tools/gpu-build.sh stages it in .gpu). Needs torch +
+# transformers for the export (the GPU machine's /opt/torch venv). Results in $OUT (steps.jsonl).
+set -uo pipefail
+BUILD=${1:?usage: bench/predict_check.sh BUILD_DIR MODEL [BATCH]}
+MODEL=${2:?usage: bench/predict_check.sh BUILD_DIR MODEL [BATCH]}
+BATCH=${3:-8}
+STEPS=${STEPS:-4}
+OUT=${OUT:-/tmp/megac-predict-out}
+WORK=${WORK:-/tmp/megac-predict}
+PY=${PY:-/opt/torch/.venv/bin/python}
+[ -x "$PY" ] || PY=python3
+CUDNN_LIB=${CUDNN_LIB:-/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib}
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$CUDNN_LIB:${LD_LIBRARY_PATH:-}
+mkdir -p "$OUT" "$WORK" .bench/shapes
+onnx=.bench/shapes/$MODEL.onnx
+prof=${PROFILE:+--profile $PROFILE}
+
+[ -s "$onnx" ] || timeout 300 "$PY" bench/export_bench_model.py "$onnx" --model "$MODEL" 2>&1 | tail -1
+[ -s "$onnx" ] || { echo "predict_check.sh: export of $MODEL failed" >&2; exit 2; }
+# shellcheck disable=SC2086
+timeout 200 "$BUILD/megac" compile "$onnx" --batch "$BATCH" --seq 2048 $prof -o "$WORK/p.plan" > "$OUT/compile.txt" 2>&1 ||
+  { tail -5 "$OUT/compile.txt"; exit 2; }
+tail -2 "$OUT/compile.txt" | cut -c1-300
+# shellcheck disable=SC2086
+timeout 60 "$BUILD/megac" plan "$WORK/p.plan" $prof 2>&1 | grep -A4 "^predicted"
+vocab=$(grep -o "vocab [0-9]*" "$OUT/compile.txt" | head -1 | cut -d' ' -f2)
+# Headerless tokens, as wide as megac reads them for this vocabulary (uint32 past 65536).
+"$PY" -c "import numpy as np; v = ${vocab:-32000}; np.random.default_rng(0).integers(0, v, 1 << 22, dtype=np.uint32 if v > 65536 else np.uint16).tofile('$WORK/tokens.bin')"
+rm -f "$OUT/steps.jsonl"
+timeout 400 "$BUILD/megac" run "$WORK/p.plan" --device cuda --init --steps "$STEPS" --seed 0 \
+  --data "$WORK/tokens.bin" --log "$OUT/steps.jsonl" 2>&1 | tail -3
+"$PY" - "$OUT/steps.jsonl" <<'PYEOF'
+import json, statistics as st, sys
+steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+timed = steps[1:] if len(steps) > 1 else steps
+print(f"measured: step {st.median(s['step_s'] for s in timed):.3f} s (median of steps 2..{len(steps)}); busy: "
+      + ", ".join(f"{k[:-7]} {st.median(s[k] for s in timed):.3f} s"
+                  for k in ("h2d_busy_s", "compute_busy_s", "d2h_busy_s", "cpu_busy_s") if k in timed[0]))
+PYEOF
