@@ -69,11 +69,8 @@ llvm::Error overBudgetError(const plan::Plan &p, const DeviceBytesAt &deviceByte
     k.first += 1;
     k.second += r.bytes();
   }
-  static const char *const labels[] = {"weight slots", "grad slots", "checkpoints", "activation gradients",
-                                       "arena (program temporaries)", "workspace", "data", "constants",
-                                       "saved activations"};
   for (const auto &[kind, nb] : byKind)
-    os << "  " << (kind >= 0 && kind < int(std::size(labels)) ? labels[kind] : "other") << ": " << bytesText(nb.second) << " in "
+    os << "  " << plan::deviceCategoryName(plan::DeviceRegion::Kind(kind)) << ": " << bytesText(nb.second) << " in "
        << nb.first << (nb.first == 1 ? " region\n" : " regions\n");
   os << "  (checkpoints and activation gradients share bytes where their lifetimes allow)\n";
   auto fits = [&](int64_t batch, int64_t seq) {
