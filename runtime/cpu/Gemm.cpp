@@ -9,6 +9,8 @@
 #include "llvm/ADT/StringRef.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -151,6 +153,8 @@ struct AlignedFloats {
   float *get() const { return p.get(); }
 };
 
+std::atomic<OperandRounding> gOperandRounding{OperandRounding::None};
+
 // The operands as the blocked loops see them: op(A) is M x K, op(B) is K x N.
 struct Operands {
   bool transA, transB;
@@ -159,6 +163,8 @@ struct Operands {
   const float *B;
   int64_t ldb;
   float alpha;
+  OperandRounding rounding = gOperandRounding.load(std::memory_order_relaxed);
+  float in(float x) const { return rounding == OperandRounding::None ? x : roundOperand(x, rounding); }
 };
 
 // Packs op(A)[i0:i0+mc, k0:k0+kc] * alpha into MR-row strips, k-major within a
@@ -172,13 +178,13 @@ void packA(const Operands &o, int64_t i0, int64_t mc, int64_t k0, int64_t kc, in
         const float *src = o.A + (k0 + k) * o.lda + i0 + s;
         float *dk = d + k * mr;
         int64_t i = 0;
-        for (; i < rows; ++i) dk[i] = o.alpha * src[i];
+        for (; i < rows; ++i) dk[i] = o.alpha * o.in(src[i]);
         for (; i < mr; ++i) dk[i] = 0.0f;
       }
     } else { // element (i, k) at A[i * lda + k]
       for (int64_t i = 0; i < rows; ++i) {
         const float *src = o.A + (i0 + s + i) * o.lda + k0;
-        for (int64_t k = 0; k < kc; ++k) d[k * mr + i] = o.alpha * src[k];
+        for (int64_t k = 0; k < kc; ++k) d[k * mr + i] = o.alpha * o.in(src[k]);
       }
       for (int64_t i = rows; i < mr; ++i)
         for (int64_t k = 0; k < kc; ++k) d[k * mr + i] = 0.0f;
@@ -197,13 +203,13 @@ void packB(const Operands &o, int64_t k0, int64_t kc, int64_t j0, int64_t nc, in
         const float *src = o.B + (k0 + k) * o.ldb + j0 + s;
         float *dk = d + k * nr;
         int64_t j = 0;
-        for (; j < cols; ++j) dk[j] = src[j];
+        for (; j < cols; ++j) dk[j] = o.in(src[j]);
         for (; j < nr; ++j) dk[j] = 0.0f;
       }
     } else { // element (k, j) at B[j * ldb + k]
       for (int64_t j = 0; j < cols; ++j) {
         const float *src = o.B + (j0 + s + j) * o.ldb + k0;
-        for (int64_t k = 0; k < kc; ++k) d[k * nr + j] = src[k];
+        for (int64_t k = 0; k < kc; ++k) d[k * nr + j] = o.in(src[k]);
       }
       for (int64_t j = cols; j < nr; ++j)
         for (int64_t k = 0; k < kc; ++k) d[k * nr + j] = 0.0f;
@@ -333,5 +339,19 @@ void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alph
     }
   });
 }
+
+float roundOperand(float x, OperandRounding r) {
+  if (r == OperandRounding::None || !std::isfinite(x)) return x;
+  const int dropped = r == OperandRounding::Bf16 ? 16 : 13; // low mantissa bits cleared
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  const uint32_t half = (uint32_t(1) << (dropped - 1)) - 1, lsb = (u >> dropped) & 1;
+  u = (u + half + lsb) & ~((uint32_t(1) << dropped) - 1); // to nearest, ties to even
+  std::memcpy(&x, &u, 4);
+  return x;
+}
+
+OperandRounding sgemmOperandRounding() { return gOperandRounding.load(); }
+void setSgemmOperandRounding(OperandRounding r) { gOperandRounding.store(r); }
 
 } // namespace megac::cpu

@@ -24,6 +24,19 @@ void sgemm(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alph
 void sgemmSerial(bool transA, bool transB, int64_t M, int64_t N, int64_t K, float alpha, const float *A, int64_t lda,
                  const float *B, int64_t ldb, float beta, float *C, int64_t ldc);
 
+// Rounding applied to both operands as they are packed, before the fp32
+// products: the CPU backend's emulation of the GPU's compute modes. bf16
+// rounds to nearest even at 8 significant bits (as the GPU packs its bf16
+// operands), tf32 at 11 (to nearest even; the tensor cores' own conversion of
+// fp32 operands may differ in the last bit). Accumulation stays fp32.
+enum class OperandRounding { None, Bf16, Tf32 };
+OperandRounding sgemmOperandRounding();
+// Sets it for every sgemm call in the process until changed; not thread-safe
+// against products running at the same time.
+void setSgemmOperandRounding(OperandRounding r);
+// Rounds one value as the products round their operands.
+float roundOperand(float x, OperandRounding r);
+
 // Name of the micro-kernel in use ("avx512 12x32", "avx2 6x16", "generic 4x8").
 const char *sgemmKernelName();
 

@@ -92,7 +92,7 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
   }
   if (!opts.quiet) {
     llvm::outs() << "training " << plan.total_parameters() << " parameters on " << trainer.device() << " ("
-                 << (std::string(trainer.device()) == "cpu" ? "fp32" : plan.compute()) << "), batch " << B << " x seq "
+                 << trainer.arithmetic() << "), batch " << B << " x seq "
                  << S;
     if (accum > 1) llvm::outs() << " x " << accum << " micro-batches";
     llvm::outs() << ", " << opts.steps << " steps";

@@ -1,5 +1,6 @@
 #include "runtime/train/Trainer.h"
 
+#include "runtime/cpu/Gemm.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <cmath>
@@ -110,7 +111,33 @@ llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, co
   return acts;
 }
 
+namespace {
+
+// The products' operand rounding for the plan's compute mode while in scope
+// (emulation on), else fp32.
+class PlanComputeScope {
+public:
+  PlanComputeScope(const plan::Plan &p, bool emulate) : saved_(cpu::sgemmOperandRounding()) {
+    cpu::OperandRounding r = cpu::OperandRounding::None;
+    if (emulate && p.compute() == "bf16") r = cpu::OperandRounding::Bf16;
+    if (emulate && p.compute() == "tf32") r = cpu::OperandRounding::Tf32;
+    cpu::setSgemmOperandRounding(r);
+  }
+  ~PlanComputeScope() { cpu::setSgemmOperandRounding(saved_); }
+
+private:
+  cpu::OperandRounding saved_;
+};
+
+} // namespace
+
+std::string Trainer::arithmetic() const {
+  if (!emulateCompute_ || plan_.compute().empty() || plan_.compute() == "fp32") return "fp32";
+  return plan_.compute() + " operands, emulated";
+}
+
 llvm::Expected<double> Trainer::evalLoss(const Tensor &tokens, const Tensor &targets) {
+  PlanComputeScope compute(plan_, emulateCompute_);
   auto acts = runForward(tokens, targets, nullptr, nullptr);
   if (!acts) return acts.takeError();
   return (*acts)[size_t(lossId_)].getAsDouble(0);
@@ -118,6 +145,7 @@ llvm::Expected<double> Trainer::evalLoss(const Tensor &tokens, const Tensor &tar
 
 llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                 std::vector<float> *grads, float lr) {
+  PlanComputeScope compute(plan_, emulateCompute_);
   std::vector<std::vector<Tensor>> checkpoints, saved;
   auto acts = runForward(tokens, targets, &checkpoints, &saved);
   if (!acts) return acts.takeError();

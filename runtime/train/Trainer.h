@@ -13,6 +13,7 @@
 
 #include <map>
 #include <memory>
+#include <string>
 
 namespace megac::runtime {
 
@@ -45,6 +46,13 @@ public:
   virtual llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets);
   // "cpu" or "cuda".
   virtual const char *device() const { return "cpu"; }
+  // The CPU backend computes in fp32 unless asked to emulate the plan's
+  // compute mode (bf16 or tf32 operands in every matrix product, fp32
+  // accumulation, as the GPU runs them): then CPU runs, CI's included, see
+  // the GPU's rounding. The CUDA runtime ignores it.
+  void emulatePlanCompute(bool on) { emulateCompute_ = on; }
+  // What the backend computes in: "fp32", the plan's mode, or "<mode>, emulated".
+  virtual std::string arithmetic() const;
   // Forward and backward of one micro-batch; gradients are added to `grads`
   // (host layout) when given, else each parameter is updated at once.
   virtual llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
@@ -65,6 +73,7 @@ protected:
   int64_t hostElements_ = 0;
   int32_t lossId_ = -1; // the LOSS activation
   AdamWHyper hyper_;
+  bool emulateCompute_ = false;
 
 private:
   Tensor paramTensor(int32_t id) const;

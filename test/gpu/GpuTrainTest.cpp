@@ -139,7 +139,8 @@ std::vector<ModeCase> modeCases() {
     v.push_back({f, "fp32", 1e-4});
     // The issue asks 1e-3 for tf32; tf32's 10-bit mantissa gives 1.4e-3 on
     // llama_small's gradients and 1.03e-3 on gpt2's ln_1.bias at step 5
-    // (measured on the H200, 2026-12-03): 2e-3 for those two.
+    // (measured on the H200, 2026-12-03): 2e-3 for those two. tf32 operands
+    // alone give 1.5e-3 on llama_small at step 1 (test/unit/EmulatedComputeTest.cpp).
     const bool loose = std::string(f) == "llama_small" || std::string(f).rfind("gpt2", 0) == 0;
     v.push_back({f, "tf32", loose ? 2e-3 : 1e-3});
     // Every unit keeping its activations (backward_kept, SAVED regions).

@@ -49,7 +49,7 @@ static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile fil
 static cl::opt<std::string> Compute("compute",
                                     cl::desc("GPU matrix products: bf16 (default; fp32 accumulation) | tf32 | fp32. "
                                              "Tensors and master weights are fp32 in every mode; the CPU backend "
-                                             "always computes in fp32"),
+                                             "computes in fp32 unless run with --emulate-compute"),
                                     cl::init("bf16"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 
 // --- run ---
@@ -98,6 +98,11 @@ static cl::opt<std::string> Weights("weights", cl::desc("Initial weights: an ONN
 static cl::opt<bool> Init("init", cl::desc("Initialize weights that have no data (N(0,0.02), ones, zeros)"),
                           RUN_SUBS);
 static cl::opt<std::string> Log("log", cl::desc("Write one JSON object per step to this file"), RUN_SUBS);
+static cl::opt<bool> EmulateCompute(
+    "emulate-compute",
+    cl::desc("--device cpu: round every matrix product's operands as the plan's --compute mode does on the GPU "
+             "(bf16 or tf32, fp32 accumulation) instead of computing in fp32"),
+    RUN_SUBS);
 static cl::opt<bool> OpProfile("op-profile", cl::desc("--device cuda: time every op and print GPU time by op type"),
                                RUN_SUBS);
 #undef RUN_SUBS
@@ -275,8 +280,11 @@ static int trainOnPlan(plan::Plan plan) {
     }
   }
   if (OpProfile && !onGpu) return reportError(flagError("--op-profile times GPU ops: it needs --device cuda"));
+  if (EmulateCompute && onGpu)
+    return reportError(flagError("--emulate-compute is for the CPU backend (the GPU runs the mode itself): add --device cpu"));
   llvm::Expected<std::unique_ptr<runtime::Trainer>> trainer = onGpu ? createGpuTrainer(plan) : runtime::Trainer::create(plan);
   if (!trainer) return reportError(trainer.takeError());
+  (*trainer)->emulatePlanCompute(EmulateCompute);
   auto losses = runtime::runTraining(**trainer, lo);
   if (!losses) return reportError(losses.takeError());
   (*trainer)->report(llvm::outs());
