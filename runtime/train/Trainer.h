@@ -51,7 +51,7 @@ public:
   // accumulation, as the GPU runs them): then CPU runs, CI's included, see
   // the GPU's rounding. The CUDA runtime ignores it.
   void emulatePlanCompute(bool on) { emulateCompute_ = on; }
-  // What the backend computes in: "fp32", the plan's mode, or "<mode>, emulated".
+  // What the backend computes in: "fp32", the plan's mode, or "<mode> operands, emulated".
   virtual std::string arithmetic() const;
   // Forward and backward of one micro-batch; gradients are added to `grads`
   // (host layout) when given, else each parameter is updated at once.
