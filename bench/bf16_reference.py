@@ -340,9 +340,9 @@ def run_fixture(name, data_dir, device, out_dir, ensemble):
     # one draw. The ensemble re-rolls bf16 rounding by one-ulp nudges of the start weights; its
     # mean distance is PyTorch's bf16 distance without the luck of one draw. The fp32 ensemble
     # shows what the same nudges do without bf16 (the fp32 reference's own sensitivity).
-    bf16_ens = np.stack([trajectory(model, ids, tgt, device, True, k + 1) for k in range(ensemble)]) if ensemble else None
-    fp32_ens = np.stack([trajectory(model, ids, tgt, device, False, k + 1) for k in range(ensemble)]) if ensemble else None
     if ensemble:
+        bf16_ens = np.stack([trajectory(model, ids, tgt, device, True, k + 1) for k in range(ensemble)])
+        fp32_ens = np.stack([trajectory(model, ids, tgt, device, False, k + 1) for k in range(ensemble)])
         d_bf16 = np.abs(bf16_ens - ref_traj).max(axis=1)
         r["bf16_ensemble_max_abs_vs_ref"] = d_bf16.tolist()
         r["bf16_ensemble_mean"] = float(d_bf16.mean())

@@ -13,7 +13,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 
 using namespace megac;
@@ -40,17 +39,6 @@ std::unique_ptr<runtime::Trainer> gpuTrainer(const plan::Plan &p) {
   cuda::CudaOptions o;
   o.verbose = false;
   return withWeights(cuda::createCudaTrainer(p, o), p);
-}
-
-// ||a - b|| / ||b|| of one parameter's slice of the host arrays.
-double paramError(const std::vector<float> &a, const std::vector<float> &b, const plan::Parameter &p) {
-  double num = 0, den = 0;
-  for (int64_t i = 0; i < p.numel(); ++i) {
-    double x = a[size_t(p.host_offset() + i)], y = b[size_t(p.host_offset() + i)];
-    num += (x - y) * (x - y);
-    den += y * y;
-  }
-  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
 struct ModeCase {
@@ -167,28 +155,11 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTrain, ::testing::ValuesIn(modeCases()), [
 // printed beside it.
 class GpuTrainBf16 : public ::testing::TestWithParam<const char *> {};
 
-// max over the five steps of |loss - ref| for one bf16 run from the fixture's
-// weights, each nudged one ulp by `nudgeSeed` (0: not nudged).
+// trainedDistance of one bf16 GPU run from the fixture's weights.
 double bf16Distance(const plan::Plan &p, const std::string &model, const Tensor &ref, unsigned nudgeSeed,
                     std::string *losses = nullptr) {
   auto gpu = gpuTrainer(p);
-  if (!gpu) return INFINITY;
-  if (nudgeSeed) {
-    std::mt19937 rng(nudgeSeed);
-    for (float &w : gpu->state().params) w = std::nextafter(w, (rng() & 1) ? INFINITY : -INFINITY);
-  }
-  Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
-  double worst = 0;
-  for (int s = 0; s < 5; ++s) {
-    auto b = gpu->step({{ids, targets}}, 1e-2f);
-    if (!b) {
-      ADD_FAILURE() << llvm::toString(b.takeError());
-      return INFINITY;
-    }
-    worst = std::max(worst, std::abs(b->loss - ref.getAsDouble(s)));
-    if (losses) *losses += " " + std::to_string(b->loss).substr(0, 7);
-  }
-  return worst;
+  return gpu ? trainedDistance(*gpu, model, ref, nudgeSeed, losses) : INFINITY;
 }
 
 TEST_P(GpuTrainBf16, TrajectoryWithinPyTorchAutocastDistance) {
@@ -204,13 +175,8 @@ TEST_P(GpuTrainBf16, TrajectoryWithinPyTorchAutocastDistance) {
   ASSERT_GE(runs, 4);
   plan::Plan p = compileFixturePlan(model, "bf16");
 
-  double torchMean = 0, oursMean = 0, torchOne = 0;
-  for (int64_t k = 0; k < runs; ++k) {
-    double d = 0;
-    for (int64_t s = 0; s < 5; ++s) d = std::max(d, std::abs(ensemble.getAsDouble(k * 5 + s) - ref.getAsDouble(s)));
-    torchMean += d / double(runs);
-  }
-  for (int64_t s = 0; s < 5; ++s) torchOne = std::max(torchOne, std::abs(autocast.getAsDouble(s) - ref.getAsDouble(s)));
+  const double torchMean = meanTrajectoryDistance(ensemble, ref), torchOne = trajectoryDistance(autocast, 0, ref);
+  double oursMean = 0;
   std::string draws;
   for (int64_t k = 0; k < runs; ++k) {
     double d = bf16Distance(p, model, ref, unsigned(k + 1));
@@ -256,16 +222,12 @@ TEST_P(GpuTrainBf16, GradientsNearTheFp32Backend) {
   std::string torchFile = fixtureDir(model) + "/ref/grad_error_bf16_autocast.pb";
   if (!llvm::sys::fs::exists(torchFile)) return;
   Tensor torch = loadRef(model, "grad_error_bf16_autocast.pb");
-  double meanRel = 0;
-  for (const auto &[e, name] : errs) meanRel += e / double(errs.size());
-  int64_t flips = 0;
-  for (size_t i = 0; i < gc.size(); ++i) flips += double(gg[i]) * double(gc[i]) < 0;
-  const double flipFraction = double(flips) / double(gc.size());
+  const GradientError ours = gradientError(gg, gc, p);
   std::printf("%s bf16 gradients vs fp32: mean relative error megac %.3g, PyTorch autocast %.3g; sign flips megac "
               "%.3g, PyTorch %.3g\n",
-              model.c_str(), meanRel, torch.getAsDouble(0), flipFraction, torch.getAsDouble(1));
-  EXPECT_LE(meanRel, torch.getAsDouble(0)) << model;
-  EXPECT_LE(flipFraction, torch.getAsDouble(1)) << model;
+              model.c_str(), ours.meanRelative, torch.getAsDouble(0), ours.flipFraction, torch.getAsDouble(1));
+  EXPECT_LE(ours.meanRelative, torch.getAsDouble(0)) << model;
+  EXPECT_LE(ours.flipFraction, torch.getAsDouble(1)) << model;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTrainBf16, ::testing::ValuesIn(kFixtures));

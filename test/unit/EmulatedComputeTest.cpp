@@ -102,16 +102,6 @@ std::pair<std::vector<float>, std::vector<float>> firstStepGradients(const plan:
   return {ge, gf};
 }
 
-// ||a - b|| / ||b|| over one parameter's slice.
-double paramError(const std::vector<float> &a, const std::vector<float> &b, const plan::Parameter &pp) {
-  double num = 0, den = 0;
-  for (int64_t i = pp.host_offset(); i < pp.host_offset() + pp.numel(); ++i) {
-    num += (double(a[size_t(i)]) - b[size_t(i)]) * (double(a[size_t(i)]) - b[size_t(i)]);
-    den += double(b[size_t(i)]) * b[size_t(i)];
-  }
-  return std::sqrt(num / std::max(den, 1e-60));
-}
-
 class EmulatedBf16 : public ::testing::TestWithParam<const char *> {};
 
 // The GPU test's bf16 criterion (test/gpu/GpuTrainTest.cpp) on the CPU: the
@@ -125,25 +115,15 @@ TEST_P(EmulatedBf16, TrajectoryWithinPyTorchAutocastDistance) {
   Tensor ref = loadRef(model, "losses_adamw.pb"), ensemble = loadRef(model, "losses_adamw_bf16_autocast_ensemble.pb");
   const int64_t runs = ensemble.shape()[0];
   plan::Plan p = compileFixturePlan(model, "bf16");
-  Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
-  double ours = 0, torch = 0;
+  const double torch = meanTrajectoryDistance(ensemble, ref);
+  double ours = 0;
   std::string draws;
   for (int64_t k = 0; k < runs; ++k) {
-    double d = 0;
-    for (int64_t s = 0; s < 5; ++s) d = std::max(d, std::abs(ensemble.getAsDouble(k * 5 + s) - ref.getAsDouble(s)));
-    torch += d / double(runs);
     auto t = emulatingTrainer(p);
     ASSERT_TRUE(t);
-    std::mt19937 rng(unsigned(k + 1));
-    for (float &w : t->state().params) w = std::nextafter(w, (rng() & 1) ? INFINITY : -INFINITY);
-    double worst = 0;
-    for (int s = 0; s < 5; ++s) {
-      auto b = t->step({{ids, targets}}, 1e-2f);
-      ASSERT_TRUE(bool(b)) << llvm::toString(b.takeError());
-      worst = std::max(worst, std::abs(b->loss - ref.getAsDouble(s)));
-    }
-    ours += worst / double(runs);
-    draws += " " + std::to_string(worst).substr(0, 6);
+    const double d = trainedDistance(*t, model, ref, unsigned(k + 1));
+    ours += d / double(runs);
+    draws += " " + std::to_string(d).substr(0, 6);
   }
   std::printf("%s emulated bf16: mean of %lld nudged runs' max |loss - fp32 reference|: megac %.3g, PyTorch autocast "
               "%.3g (megac's runs:%s)\n",
@@ -162,17 +142,13 @@ TEST_P(EmulatedBf16, GradientsNoFartherFromFp32ThanPyTorchAutocast) {
   plan::Plan p = compileFixturePlan(model, "bf16");
   auto [ge, gf] = firstStepGradients(p, model);
   ASSERT_FALSE(ge.empty());
-  double meanRel = 0;
-  for (const plan::Parameter &pp : p.parameters()) meanRel += paramError(ge, gf, pp) / double(p.parameters_size());
-  int64_t flips = 0;
-  for (size_t i = 0; i < ge.size(); ++i) flips += double(ge[i]) * gf[i] < 0;
-  const double flipFraction = double(flips) / double(ge.size());
+  const GradientError ours = gradientError(ge, gf, p);
   std::printf("%s emulated bf16 gradients vs fp32: mean relative error megac %.3g, PyTorch autocast %.3g; sign "
               "flips megac %.3g, PyTorch %.3g\n",
-              model.c_str(), meanRel, torch.getAsDouble(0), flipFraction, torch.getAsDouble(1));
-  EXPECT_GT(meanRel, 1e-4) << model << ": no bf16 rounding seen";
-  EXPECT_LE(meanRel, torch.getAsDouble(0)) << model;
-  EXPECT_LE(flipFraction, torch.getAsDouble(1)) << model;
+              model.c_str(), ours.meanRelative, torch.getAsDouble(0), ours.flipFraction, torch.getAsDouble(1));
+  EXPECT_GT(ours.meanRelative, 1e-4) << model << ": no bf16 rounding seen";
+  EXPECT_LE(ours.meanRelative, torch.getAsDouble(0)) << model;
+  EXPECT_LE(ours.flipFraction, torch.getAsDouble(1)) << model;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, EmulatedBf16, ::testing::ValuesIn(kFixtures));

@@ -7,6 +7,7 @@
 #include "ir/Eval.h"
 #include "ir/Graph.h"
 #include "passes/Pass.h"
+#include "runtime/train/Trainer.h"
 
 #include <gtest/gtest.h>
 
@@ -18,6 +19,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace megac::testing {
 
@@ -157,6 +159,79 @@ inline plan::Plan compileFixtureScheduled(const std::string &model, const codege
     return {};
   }
   return *p;
+}
+
+// ||a - b|| / ||b|| of one parameter's slice of two host-layout arrays.
+inline double paramError(const std::vector<float> &a, const std::vector<float> &b, const plan::Parameter &p) {
+  double num = 0, den = 0;
+  for (int64_t i = 0; i < p.numel(); ++i) {
+    double x = a[size_t(p.host_offset() + i)], y = b[size_t(p.host_offset() + i)];
+    num += (x - y) * (x - y);
+    den += y * y;
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// A reduced-precision gradient against the fp32 one, as bench/bf16_reference.py
+// measures PyTorch's (ref/grad_error_bf16_autocast.pb): the mean over
+// parameters of paramError, and the fraction of elements whose sign flips.
+struct GradientError {
+  double meanRelative = 0, flipFraction = 0;
+};
+inline GradientError gradientError(const std::vector<float> &test, const std::vector<float> &fp32,
+                                   const plan::Plan &p) {
+  GradientError e;
+  for (const plan::Parameter &pp : p.parameters()) e.meanRelative += paramError(test, fp32, pp) / p.parameters_size();
+  int64_t flips = 0;
+  for (size_t i = 0; i < fp32.size(); ++i) flips += double(test[i]) * fp32[i] < 0;
+  e.flipFraction = double(flips) / double(fp32.size());
+  return e;
+}
+
+// Every weight moved one fp32 ulp up or down (a coin per element from
+// `seed`): far below what fp32 training resolves, it re-rolls every bf16
+// rounding (bench/bf16_reference.py nudges PyTorch's weights the same way).
+inline void nudgeOneUlp(std::vector<float> &weights, unsigned seed) {
+  std::mt19937 rng(seed);
+  for (float &w : weights) w = std::nextafter(w, (rng() & 1) ? INFINITY : -INFINITY);
+}
+
+// max over the steps of |losses[row] - ref| for row `row` of a [runs, steps]
+// tensor of loss trajectories (row 0 of a [steps] one).
+inline double trajectoryDistance(const Tensor &losses, int64_t row, const Tensor &ref) {
+  const int64_t steps = ref.numel();
+  double d = 0;
+  for (int64_t s = 0; s < steps; ++s) d = std::max(d, std::abs(losses.getAsDouble(row * steps + s) - ref.getAsDouble(s)));
+  return d;
+}
+
+// The mean of trajectoryDistance over the rows of a [runs, steps] ensemble.
+inline double meanTrajectoryDistance(const Tensor &ensemble, const Tensor &ref) {
+  const int64_t runs = ensemble.shape()[0];
+  double mean = 0;
+  for (int64_t k = 0; k < runs; ++k) mean += trajectoryDistance(ensemble, k, ref) / double(runs);
+  return mean;
+}
+
+// Trains `t` (the fixture's weights loaded), first nudged by `nudgeSeed`
+// (0: not nudged), for as many AdamW steps at the fixtures' lr 1e-2 as `ref`
+// has losses, on the fixture's batch; returns trajectoryDistance of its
+// losses, which it appends to `losses` when given. Infinity on an error.
+inline double trainedDistance(runtime::Trainer &t, const std::string &model, const Tensor &ref, unsigned nudgeSeed,
+                              std::string *losses = nullptr) {
+  if (nudgeSeed) nudgeOneUlp(t.state().params, nudgeSeed);
+  Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
+  double worst = 0;
+  for (int64_t s = 0; s < ref.numel(); ++s) {
+    auto b = t.step({{ids, targets}}, 1e-2f);
+    if (!b) {
+      ADD_FAILURE() << model << ": " << llvm::toString(b.takeError());
+      return INFINITY;
+    }
+    worst = std::max(worst, std::abs(b->loss - ref.getAsDouble(s)));
+    if (losses) *losses += " " + std::to_string(b->loss).substr(0, 7);
+  }
+  return worst;
 }
 
 inline const char *const kFixtures[] = {"llama", "llama_noopt", "llama_sdpa", "llama_op23",
