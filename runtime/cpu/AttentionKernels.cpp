@@ -1,5 +1,5 @@
 // Attention (ONNX opset 23/24/25 semantics): per (batch, q head),
-//   S = (Q*sqrt(scale)) (K*sqrt(scale))^T, optional softcap, + bias,
+//   S = scale * Q K^T, optional softcap, + bias,
 //   P = softmax(S) (a row whose keys are all masked is 0, not NaN), Y = P V.
 // The bias combines attn_mask (bool: false -> -inf; numeric: added; a last
 // dim shorter than the total length is padded with -inf), the causal
@@ -13,6 +13,7 @@
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/NormAttentionShapes.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -35,16 +36,21 @@ struct HeadLayout {
   int64_t at(int64_t b, int64_t h, int64_t s) const { return b * batchStride + h * headStride + s * rowStride; }
 };
 
-// C[M x N] (row stride ldc) = A[M x K] * B[N x K]^T, both packed.
-void matmulABt(int64_t M, int64_t N, int64_t K, const float *A, const float *B, float *C, int64_t ldc) {
-  sgemmSerial(false, true, M, N, K, 1.0f, A, K, B, K, 0.0f, C, ldc);
+// C[M x N] (row stride ldc) = alpha * A[M x K] * B[N x K]^T, both packed.
+// ONNX's reference scales Q and K by sqrt(scale) each instead: the same up
+// to rounding, but scaling the product keeps Q and K as given, so operands
+// rounded to bf16 (the emulated compute mode) round as the GPU's and as the
+// gradient's recomputation of the scores do.
+void matmulABt(int64_t M, int64_t N, int64_t K, float alpha, const float *A, const float *B, float *C, int64_t ldc) {
+  sgemmSerial(false, true, M, N, K, alpha, A, K, B, K, 0.0f, C, ldc);
 }
-void matmulABt(int64_t M, int64_t N, int64_t K, const double *A, const double *B, double *C, int64_t ldc) {
+void matmulABt(int64_t M, int64_t N, int64_t K, double alpha, const double *A, const double *B, double *C,
+               int64_t ldc) {
   for (int64_t i = 0; i < M; ++i)
     for (int64_t j = 0; j < N; ++j) {
       double acc = 0;
       for (int64_t k = 0; k < K; ++k) acc += A[i * K + k] * B[j * K + k];
-      C[i * ldc + j] = acc;
+      C[i * ldc + j] = alpha * acc;
     }
 }
 // C[M x N] (row stride ldc) = A[M x K] * B[K x N], both packed.
@@ -95,7 +101,7 @@ public:
       : ctx_(ctx), d_(d), q_(*ctx.input(0)), k_(*ctx.input(1)), v_(*ctx.input(2)),
         qLayout_(d.is3D, d.qHeads, d.qSeq, d.headSize), kLayout_(d.is3D, d.kvHeads, d.kvSeq, d.headSize),
         vLayout_(d.is3D, d.kvHeads, d.kvSeq, d.vHeadSize), yLayout_(d.is3D, d.qHeads, d.qSeq, d.vHeadSize),
-        sqrtScale_(C(std::sqrt(double(d.scale)))) {
+        scale_(C(d.scale)) {
     if (const Tensor *pk = ctx.input(4)) pastK_.emplace(*pk);
     if (const Tensor *pv = ctx.input(5)) pastV_.emplace(*pv);
     if (const Tensor *n = ctx.input(6)) nonpad_ = n->toInt64Vector();
@@ -177,22 +183,22 @@ private:
 
   // Copies a head's rows ([seq, dim] at `layout`) into a packed buffer.
   static void gatherRows(const C *src, const HeadLayout &layout, int64_t b, int64_t h, int64_t rows, int64_t dim,
-                         C factor, C *dst) {
+                         C *dst) {
     for (int64_t r = 0; r < rows; ++r) {
       const C *s = src + layout.at(b, h, r);
-      for (int64_t c = 0; c < dim; ++c) dst[r * dim + c] = s[c] * factor;
+      std::copy(s, s + dim, dst + r * dim);
     }
   }
 
   // K or V of kv head kvh, past rows first: [total_seq, dim].
   void gatherKV(const std::optional<FloatView<C>> &past, const FloatView<C> &cur, const HeadLayout &layout, int64_t b,
-                int64_t kvh, int64_t dim, C factor, C *dst) const {
+                int64_t kvh, int64_t dim, C *dst) const {
     const int64_t P = d_.pastSeq;
     if (past) {
       HeadLayout pastLayout(false, d_.kvHeads, P, dim);
-      gatherRows(past->data(), pastLayout, b, kvh, P, dim, factor, dst);
+      gatherRows(past->data(), pastLayout, b, kvh, P, dim, dst);
     }
-    gatherRows(cur.data(), layout, b, kvh, d_.kvSeq, dim, factor, dst + P * dim);
+    gatherRows(cur.data(), layout, b, kvh, d_.kvSeq, dim, dst + P * dim);
   }
 
   void storeQK(int64_t b, int64_t h, int64_t i, const C *row) {
@@ -220,10 +226,10 @@ private:
   void runHead(int64_t b, int64_t h, Scratch &s) {
     const int64_t T = d_.totalSeq, hs = d_.headSize, vhs = d_.vHeadSize;
     const int64_t kvh = h / (d_.qHeads / d_.kvHeads);
-    gatherRows(q_.data(), qLayout_, b, h, d_.qSeq, hs, sqrtScale_, s.q.data());
-    gatherKV(pastK_, k_, kLayout_, b, kvh, hs, sqrtScale_, s.k.data());
-    gatherKV(pastV_, v_, vLayout_, b, kvh, vhs, C(1), s.v.data());
-    if (T > 0) matmulABt(d_.qSeq, T, hs, s.q.data(), s.k.data(), s.scores.data(), T);
+    gatherRows(q_.data(), qLayout_, b, h, d_.qSeq, hs, s.q.data());
+    gatherKV(pastK_, k_, kLayout_, b, kvh, hs, s.k.data());
+    gatherKV(pastV_, v_, vLayout_, b, kvh, vhs, s.v.data());
+    if (T > 0) matmulABt(d_.qSeq, T, hs, scale_, s.q.data(), s.k.data(), s.scores.data(), T);
     const C cap = C(d_.softcap);
     for (int64_t i = 0; i < d_.qSeq; ++i) {
       C *row = s.scores.data() + i * T;
@@ -265,7 +271,7 @@ private:
   FloatView<C> q_, k_, v_;
   std::optional<FloatView<C>> pastK_, pastV_;
   HeadLayout qLayout_, kLayout_, vLayout_, yLayout_;
-  C sqrtScale_;
+  C scale_;
   std::vector<int64_t> nonpad_;
   bool hasMask_ = false;
   std::vector<C> maskBias_;

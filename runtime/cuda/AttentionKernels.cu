@@ -5,6 +5,8 @@
 //   P = softmax(softcap(S) + bias)     (one kernel over the rows; a row whose
 //                                       keys are all masked is 0)
 //   Y = P V                            (one strided-batched GEMM)
+// (in the bf16 mode the GEMMs' operands are packed to bf16 first, as every
+// product is, so P is rounded to bf16 before P V, as in fused attention)
 // and backward
 //   dV = P^T dO, dP = dO V^T, dS = P * (dP - rowsum(dP * P)) * softcap',
 //   dQ = scale * dS K, dK = scale * dS^T Q.
@@ -28,6 +30,7 @@
 #include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/GpuKernel.h"
 #include "runtime/cuda/LtMatmul.h"
+#include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -377,12 +380,33 @@ std::optional<SdpaShape> cudnnShape(const GpuKernelContext &ctx, const InputSlot
 
 struct ForwardBuffers {
   float *scores, *q, *k, *v, *y;
+  void *pack; // the bf16 mode's operand copies (plan::attentionPackBytes)
+  size_t packBytes;
 };
+
+// The bf16 mode packs every product's operands, as the MatMul kernels do:
+// the op's own area holds what does not go in a free score matrix
+// (plan::attentionPackBytes).
+size_t packBytesFor(const GpuKernelContext &ctx, const AttentionDims &d, bool grad) {
+  if (ctx.gpu.mode != ComputeMode::BF16) return 0;
+  return size_t(plan::attentionPackBytes(d.batch, d.qHeads, d.kvHeads, d.qSeq, d.totalSeq, d.headSize, d.vHeadSize,
+                                         grad));
+}
+
+// A product packs A and B (elemsA, elemsB elements as stored) in `spare`, an
+// fp32 buffer of spareElems that nothing uses during it, where they fit, else
+// in the op's own area: the choice plan::attentionPackBytes counts on.
+void packIn(LtGemm &g, int64_t elemsA, int64_t elemsB, float *spare, int64_t spareElems, void *own, size_t ownBytes) {
+  if (spare && plan::bf16PackBytes(elemsA, elemsB) <= 4 * spareElems)
+    g.scratch = spare, g.scratchBytes = size_t(4 * spareElems);
+  else
+    g.scratch = own, g.scratchBytes = ownBytes;
+}
 
 // Scores always; packed Q and Y for 3-D inputs; packed K/V for 3-D inputs or
 // a past cache (present_key/present_value are used instead when requested,
 // but the space is reserved regardless so the size does not depend on them).
-ForwardBuffers carveForward(WorkspaceCarver &c, const AttentionDims &d) {
+ForwardBuffers carveForward(WorkspaceCarver &c, const AttentionDims &d, size_t packBytes) {
   const bool packKV = d.is3D || d.pastSeq > 0;
   ForwardBuffers f;
   f.scores = c.take(d.batch * d.qHeads * d.qSeq * d.totalSeq);
@@ -390,6 +414,8 @@ ForwardBuffers carveForward(WorkspaceCarver &c, const AttentionDims &d) {
   f.k = packKV ? c.take(d.batch * d.kvHeads * d.totalSeq * d.headSize) : nullptr;
   f.v = packKV ? c.take(d.batch * d.kvHeads * d.totalSeq * d.vHeadSize) : nullptr;
   f.y = d.is3D ? c.take(d.batch * d.qHeads * d.qSeq * d.vHeadSize) : nullptr;
+  f.pack = packBytes ? c.take<char>(int64_t(packBytes)) : nullptr;
+  f.packBytes = packBytes;
   return f;
 }
 
@@ -406,7 +432,7 @@ size_t attentionWorkspace(const GpuKernelContext &ctx) {
   if (auto s = cudnnShape(ctx, kForwardSlots, *d, true))
     if (size_t n = cudnnSdpaWorkspace(ctx.gpu, *s, false)) return n;
   WorkspaceCarver c(nullptr);
-  carveForward(c, *d);
+  carveForward(c, *d, packBytesFor(ctx, *d, false));
   return c.used();
 }
 
@@ -448,7 +474,7 @@ llvm::Error attentionKernel(GpuKernelContext &ctx) {
     if (*ran) return llvm::Error::success();
   }
   WorkspaceCarver carver(ctx.workspace);
-  const ForwardBuffers buf = carveForward(carver, d);
+  const ForwardBuffers buf = carveForward(carver, d, packBytesFor(ctx, d, false));
   if (carver.used() > ctx.workspaceBytes) return gpuKernelError(op, "workspace is smaller than asked for");
 
   const cudaStream_t stream = ctx.gpu.stream;
@@ -471,6 +497,7 @@ llvm::Error attentionKernel(GpuKernelContext &ctx) {
   scores.b = k4, scores.ldb = D, scores.strideB = T * D, scores.transB = true;
   scores.c = buf.scores, scores.ldc = T, scores.strideC = G * T;
   scores.alpha = float(d.scale);
+  scores.scratch = buf.pack, scores.scratchBytes = buf.packBytes;
   if (auto e = ltMatmul(ctx.gpu, scores)) return e;
 
   SoftmaxArgs sm;
@@ -487,6 +514,7 @@ llvm::Error attentionKernel(GpuKernelContext &ctx) {
   pv.a = buf.scores, pv.lda = T, pv.strideA = G * T;
   pv.b = v4, pv.ldb = Dv, pv.strideB = T * Dv;
   pv.c = y4, pv.ldc = Dv, pv.strideC = G * Dv;
+  pv.scratch = buf.pack, pv.scratchBytes = buf.packBytes;
   if (auto e = ltMatmul(ctx.gpu, pv)) return e;
   if (d.is3D) return scatterHeads(stream, y->as<float>(), y4, B, H, S, Dv);
   return llvm::Error::success();
@@ -498,9 +526,11 @@ struct GradBuffers {
   float *probs, *dP, *tanh;     // [B, H, S, T]; tanh only under a softcap
   float *q, *k, *v, *dO;        // packed inputs (3-D only)
   float *dQ, *dK, *dV;          // packed gradients (3-D only)
+  void *pack;                   // the bf16 mode's operand copies
+  size_t packBytes;
 };
 
-GradBuffers carveGrad(WorkspaceCarver &c, const AttentionDims &d) {
+GradBuffers carveGrad(WorkspaceCarver &c, const AttentionDims &d, size_t packBytes) {
   const int64_t B = d.batch, H = d.qHeads, KVH = d.kvHeads, S = d.qSeq, T = d.totalSeq;
   GradBuffers g{};
   g.probs = c.take(B * H * S * T);
@@ -515,6 +545,8 @@ GradBuffers carveGrad(WorkspaceCarver &c, const AttentionDims &d) {
     g.dK = c.take(B * KVH * T * d.headSize);
     g.dV = c.take(B * KVH * T * d.vHeadSize);
   }
+  g.pack = packBytes ? c.take<char>(int64_t(packBytes)) : nullptr;
+  g.packBytes = packBytes;
   return g;
 }
 
@@ -528,7 +560,7 @@ size_t attentionGradWorkspace(const GpuKernelContext &ctx) {
   if (auto s = cudnnShape(ctx, kGradSlots, *d, false))
     if (size_t n = cudnnSdpaWorkspace(ctx.gpu, *s, true)) return n;
   WorkspaceCarver c(nullptr);
-  carveGrad(c, *d);
+  carveGrad(c, *d, packBytesFor(ctx, *d, true));
   return c.used();
 }
 
@@ -570,7 +602,7 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
     if (*ran) return llvm::Error::success();
   }
   WorkspaceCarver carver(ctx.workspace);
-  const GradBuffers buf = carveGrad(carver, d);
+  const GradBuffers buf = carveGrad(carver, d, packBytesFor(ctx, d, true));
   if (carver.used() > ctx.workspaceBytes) return gpuKernelError(op, "workspace is smaller than asked for");
 
   const cudaStream_t stream = ctx.gpu.stream;
@@ -599,6 +631,8 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
   scores.b = k4, scores.ldb = D, scores.strideB = T * D, scores.transB = true;
   scores.c = buf.tanh ? buf.tanh : buf.probs, scores.ldc = T, scores.strideC = G * T;
   scores.alpha = scale;
+  const int64_t scoreElems = B * H * S * T;
+  packIn(scores, B * H * S * D, batch * T * D, buf.dP, scoreElems, buf.pack, buf.packBytes);
   if (auto e = ltMatmul(ctx.gpu, scores)) return e;
   SoftmaxArgs sm;
   sm.scores = scores.c, sm.probs = buf.probs, sm.tanhOut = buf.tanh;
@@ -613,6 +647,7 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
     g.a = buf.probs, g.lda = T, g.strideA = G * T, g.transA = true;
     g.b = dO4, g.ldb = Dv, g.strideB = G * Dv;
     g.c = dV4, g.ldc = Dv, g.strideC = T * Dv;
+    packIn(g, scoreElems, B * H * S * Dv, buf.dP, scoreElems, buf.pack, buf.packBytes); // P^T dO, before dP
     if (auto e = ltMatmul(ctx.gpu, g)) return e;
   }
   if (dQ4 || dK4) {
@@ -621,6 +656,7 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
     g.a = dO4, g.lda = Dv, g.strideA = G * Dv;
     g.b = v4, g.ldb = Dv, g.strideB = T * Dv, g.transB = true;
     g.c = buf.dP, g.ldc = T, g.strideC = G * T;
+    packIn(g, B * H * S * Dv, batch * T * Dv, nullptr, 0, buf.pack, buf.packBytes);     // dO V^T
     if (auto e = ltMatmul(ctx.gpu, g)) return e;
     SoftmaxGradArgs sg;
     sg.grad = buf.dP, sg.probs = buf.probs, sg.tanh = buf.tanh, sg.rows = B * H * S, sg.T = T;
@@ -634,6 +670,7 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
     g.b = k4, g.ldb = D, g.strideB = T * D;
     g.c = dQ4, g.ldc = D, g.strideC = G * D;
     g.alpha = scale;
+    packIn(g, scoreElems, batch * T * D, buf.probs, scoreElems, buf.pack, buf.packBytes); // dS K, P no longer read
     if (auto e = ltMatmul(ctx.gpu, g)) return e;
   }
   if (dK4) { // dK = scale dS^T Q
@@ -643,6 +680,7 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
     g.b = q4, g.ldb = D, g.strideB = G * D;
     g.c = dK4, g.ldc = D, g.strideC = T * D;
     g.alpha = scale;
+    packIn(g, scoreElems, B * H * S * D, buf.probs, scoreElems, buf.pack, buf.packBytes); // dS^T Q
     if (auto e = ltMatmul(ctx.gpu, g)) return e;
   }
   if (d.is3D) {

@@ -331,9 +331,6 @@ llvm::Error packBf16(GpuContext &ctx, __nv_bfloat16 *dst, const float *src, cons
   return llvm::Error::success();
 }
 
-// Products too small to gain from packing (plan::kMinBf16PackFlops) run on fp32 operands.
-using plan::kMinBf16PackFlops;
-
 } // namespace
 
 llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
@@ -358,8 +355,7 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   // A caller's packed B: one matrix stored without padding.
   const bool bPacked = g.bPackedBf16 && sb.ld == sb.cols && (sb.stride == 0 || sb.batch == 1);
   if (ctx.mode == ComputeMode::BF16 && g.scratch &&
-      size_t(plan::bf16PackBytes(sa.packedElems(), bPacked ? 0 : sb.packedElems())) <= g.scratchBytes &&
-      2.0 * double(g.m) * double(g.n) * double(g.k) * double(g.batch) >= kMinBf16PackFlops) {
+      size_t(plan::bf16PackBytes(sa.packedElems(), bPacked ? 0 : sb.packedElems())) <= g.scratchBytes) {
     auto *pa = static_cast<__nv_bfloat16 *>(g.scratch);
     auto *pb = bPacked ? static_cast<__nv_bfloat16 *>(const_cast<void *>(g.bPackedBf16))
                        : pa + align128(sa.packedElems());

@@ -42,7 +42,7 @@ struct LtGemm {
   // where one applies, else a small kernel before the product).
   const float *bias = nullptr;
   // BF16 mode: device scratch where A and B are packed to bf16 for a native
-  // bf16 product; ltMatmulScratchBytes says how much. Without it (or when too
+  // bf16 product; plan::bf16PackBytes says how much. Without it (or when too
   // small) cuBLASLt converts fp32 operands itself (FAST_16BF), at about half
   // the rate.
   void *scratch = nullptr;

@@ -128,7 +128,7 @@ static llvm::Error linearCrossEntropyWork(const Program &p, const Program::Op &o
   const double flops = (grad ? 6.0 : 2.0) * rows * weights;
   w.gemmFlops += flops;
   w.memoryBytes += memoryBytes(p, op) + (grad ? 16.0 : 8.0) * rows * vocab;
-  if (bf16Operands && flops >= kMinBf16PackFlops)
+  if (bf16Operands)
     w.memoryBytes += 6.0 * (weights + rows * hidden + (grad ? 2.0 * rows * vocab : 0.0));
   return llvm::Error::success();
 }
@@ -155,7 +155,7 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
       const double flops = 2.0 * double(numel(y->type())) * double(k);
       w.gemmFlops += flops;
       const Program::Value *b = op.inputs_size() > 1 ? valueAt(p, op.inputs(1)) : nullptr;
-      if (bf16Operands && b && flops >= kMinBf16PackFlops) w.memoryBytes += 6.0 * double(numel(a->type()) + numel(b->type()));
+      if (bf16Operands && b) w.memoryBytes += 6.0 * double(numel(a->type()) + numel(b->type()));
     } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
       if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return std::move(e);
     } else if (type == "Attention" || type == "megac.AttentionGrad") {

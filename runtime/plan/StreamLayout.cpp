@@ -47,7 +47,7 @@ ConstantsLayout constantsLayout(const Plan &p) {
   return l;
 }
 
-int64_t attentionScoreBytes(const Program &p) {
+int64_t attentionScoreBytes(const Program &p, bool bf16) {
   int64_t most = 0;
   for (const Program::Op &op : p.ops()) {
     size_t q;
@@ -84,7 +84,12 @@ int64_t attentionScoreBytes(const Program &p) {
       llvm::consumeError(d.takeError());
       continue;
     }
-    most = std::max(most, 2 * 4 * d->batch * d->qHeads * d->qSeq * d->totalSeq);
+    const bool grad = q == 1;
+    int64_t bytes = (grad ? 2 : 1) * 4 * d->batch * d->qHeads * d->qSeq * d->totalSeq;
+    if (bf16)
+      bytes += attentionPackBytes(d->batch, d->qHeads, d->kvHeads, d->qSeq, d->totalSeq, d->headSize, d->vHeadSize,
+                                  grad);
+    most = std::max(most, bytes);
   }
   return most;
 }
@@ -149,7 +154,7 @@ int64_t workspaceBudgetBytes(const Plan &p) {
   for (const Template &t : p.templates()) {
     const bool bf16 = p.compute() == "bf16";
     for (const Program *prog : templatePrograms(t)) {
-      most = std::max({most, attentionScoreBytes(*prog), linearCrossEntropyBytes(*prog, bf16)});
+      most = std::max({most, attentionScoreBytes(*prog, bf16), linearCrossEntropyBytes(*prog, bf16)});
       if (bf16) most = std::max(most, gemmPackBytes(*prog));
     }
   }

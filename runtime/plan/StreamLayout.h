@@ -38,20 +38,37 @@ struct ConstantsLayout {
 ConstantsLayout constantsLayout(const Plan &p);
 
 // The kernels' scratch (the WORKSPACE region): for now a budget, not a
-// measurement. Twice the fp32 score matrix [B, H, Sq, Skv] of the largest
-// Attention / megac.AttentionGrad op of any program or, in bf16 plans, the
+// measurement. The fp32 score matrix [B, H, Sq, Skv] of the largest Attention
+// op, twice for megac.AttentionGrad (in bf16 plans with attentionPackBytes),
+// of any program or, in bf16 plans, the
 // bf16 copies of the largest MatMul/Gemm's two operands if more, plus 32 MiB
 // for cuBLASLt. The runtime checks that its kernels' workspace functions
 // stay within it.
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
-int64_t attentionScoreBytes(const Program &p); // the largest of one program, x2; 0 without attention
-// Products of at least this many flops have their operands packed to bf16
-// in bf16 plans (runtime/cuda/LtMatmul.cu); smaller ones take fp32 operands.
-inline constexpr double kMinBf16PackFlops = double(1 << 26);
+// The largest of one program; 0 without attention.
+int64_t attentionScoreBytes(const Program &p, bool bf16);
 // The scratch holding bf16 copies of operands of elemsA and elemsB elements
-// (each copy 256-byte aligned): what the runtime's MatMul/Gemm kernels ask.
+// (each copy 256-byte aligned): what the runtime's products ask to pack
+// their operands in bf16 plans. Every product is packed, however small, so
+// that bf16 plans round the same way at every size.
 inline int64_t bf16PackBytes(int64_t elemsA, int64_t elemsB) {
   return ((elemsA + 127) / 128 * 128 + (elemsB + 127) / 128 * 128) * 2;
+}
+// The area where attention on materialized scores (runtime/cuda/AttentionKernels.cu)
+// packs its products' operands to bf16 in bf16 plans, beyond its fp32 buffers:
+// B batches, H query heads over KVH kv heads, S queries, T keys, head sizes D
+// (Q, K) and Dv (V). The forward packs Q K^T's and P V's operands there. The
+// backward packs dO V^T's there, and each other product's in the fp32 score
+// matrix [B, H, S, T] that is free during it (dP's before dP is formed, P's
+// after the softmax gradient) where they fit, so only the rest take room.
+inline int64_t attentionPackBytes(int64_t B, int64_t H, int64_t KVH, int64_t S, int64_t T, int64_t D, int64_t Dv,
+                                  bool grad) {
+  const int64_t q = B * H * S * D, k = B * KVH * T * D, v = B * KVH * T * Dv, o = B * H * S * Dv, p = B * H * S * T;
+  if (!grad) return std::max(bf16PackBytes(q, k), bf16PackBytes(p, v)); // Q K^T, P V
+  auto unlessInScores = [&](int64_t bytes) { return bytes <= 4 * p ? 0 : bytes; };
+  return std::max({bf16PackBytes(o, v), unlessInScores(bf16PackBytes(q, k)), // dO V^T, Q K^T
+                   unlessInScores(bf16PackBytes(p, o)), unlessInScores(bf16PackBytes(p, k)), // P^T dO, dS K
+                   unlessInScores(bf16PackBytes(p, q))});                                     // dS^T Q
 }
 // megac.LinearCrossEntropy[Grad] compute the logits a chunk of rows at a
 // time: at most kLinearCrossEntropyChunkBytes of fp32 logits (at least one

@@ -238,6 +238,25 @@ TEST(AttentionGpu, ComputeModes) {
   }
 }
 
+// The materialized path packs its products' operands to bf16 in the bf16
+// mode, P included, as the MatMul kernels do: against CPU kernels rounding
+// the same way only summation order (and the odd P element on a rounding
+// boundary) differs. (Unmasked rows of 64 keys and more go to cuDNN's fused
+// attention instead, which rounds its own way: CudnnAttentionGpuTest.)
+TEST(AttentionGpu, Bf16RoundsTheProductsOperands) {
+  ScopedCpuBf16Operands emulate;
+  unsigned seed = 40;
+  for (auto &[what, s0] : commonSpecs()) {
+    if (s0.S >= 64 && s0.mask == MaskKind::None) continue;
+    AttnSpec s = s0;
+    s.mode = ComputeMode::BF16;
+    SCOPED_TRACE(what);
+    EXPECT_GPU_MATCHES_CPU(attentionCase(s, seed), gpu(), 5e-4);
+    EXPECT_GPU_MATCHES_CPU(attentionGradCase(s, seed), gpu(), 5e-4);
+    ++seed;
+  }
+}
+
 TEST(AttentionGpu, Large) {
   AttnSpec s;
   s.B = 2, s.H = 8, s.KVH = 2, s.S = 1000, s.L = 1000, s.D = 64, s.Dv = 64, s.causal = true;

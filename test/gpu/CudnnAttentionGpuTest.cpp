@@ -9,6 +9,7 @@
 #include "GpuOpCheck.h"
 
 #include "runtime/cuda/CudnnAttention.h"
+#include "runtime/plan/StreamLayout.h"
 
 #include <cstdio>
 
@@ -225,11 +226,16 @@ TEST(CudnnAttentionGpu, WorkspaceSizes) {
   EXPECT_EQ(bwd, cuda::cudnnSdpaWorkspace(ctx, s, true));
   EXPECT_GT(fwd, 0u);
   EXPECT_GT(bwd, fwd);
-  // Without a handle (how GpuProgram::prepare asks): the materialized path's bytes.
+  // Without a handle (how GpuProgram::prepare asks): the materialized path's
+  // bytes, in the bf16 mode with the bf16 copies of its largest product's
+  // operands (the planner's plan::attentionPackBytes) after them.
   cuda::GpuContext none;
+  ASSERT_EQ(none.mode, ComputeMode::BF16);
   ctx.mode = ComputeMode::FP32;
-  EXPECT_EQ(workspaceOf(p, false, none), workspaceOf(p, false, ctx));
-  EXPECT_EQ(workspaceOf(p, true, none), workspaceOf(p, true, ctx));
+  for (bool grad : {false, true})
+    EXPECT_EQ(workspaceOf(p, grad, none),
+              workspaceOf(p, grad, ctx) + size_t(plan::attentionPackBytes(p.B, p.H, p.KVH, p.S, p.S, p.D, p.D, grad)))
+        << (grad ? "backward" : "forward");
 
   // The bench model's attention (Llama-shaped 2.8B, batch 8 x seq 2048).
   Problem bench;

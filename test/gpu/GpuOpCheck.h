@@ -3,6 +3,7 @@
 // inputs and compares the outputs. The CPU kernels are tested against
 // hand-computed values and finite differences (test/unit); here they are the
 // reference for the GPU.
+#include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuKernel.h"
@@ -65,6 +66,20 @@ GpuOnlyResult runGpuOnly(const OpCase &c, GpuTestContext &gpu);
 
 // True where a CUDA device is usable; `why` says why not.
 bool haveGpu(std::string *why);
+
+// While alive, the CPU kernels' products round their operands to bf16 as the
+// GPU's bf16 mode packs them (fp32 accumulation on both sides), so a bf16
+// GPU kernel can be held to fp32 summation-order tolerances.
+class ScopedCpuBf16Operands {
+public:
+  ScopedCpuBf16Operands() : saved_(cpu::sgemmOperandRounding()) {
+    cpu::setSgemmOperandRounding(cpu::OperandRounding::Bf16);
+  }
+  ~ScopedCpuBf16Operands() { cpu::setSgemmOperandRounding(saved_); }
+
+private:
+  cpu::OperandRounding saved_;
+};
 
 } // namespace megac::gputest
 

@@ -92,7 +92,7 @@ TEST(LinearCrossEntropyGpu, ChunksInEachMode) {
   }
 }
 
-// Products of 2^26 flops and more: in BF16 mode W is packed once and each
+// Larger products, several chunks: in BF16 mode W is packed once and each
 // chunk's operands are packed by ltMatmul.
 TEST(LinearCrossEntropyGpu, PackedBf16Products) {
   for (ComputeMode m : kModes) {

@@ -127,8 +127,27 @@ TEST(MatMulGpu, EachComputeMode) {
   }
 }
 
-// Products of 2^26 flops and more: in BF16 mode ltMatmul packs both
-// operands to bf16 in the kernel's scratch (strided batches, broadcast B).
+// In BF16 mode every product's operands are packed to bf16, however small
+// (so bf16 plans round alike at every size): against CPU kernels rounding
+// their operands the same way, only the summation order differs. With fp32
+// operands the gap would be about 1e-3.
+TEST(MatMulGpu, Bf16RoundsEveryProductsOperands) {
+  ScopedCpuBf16Operands emulate;
+  const std::pair<Shape, Shape> cases[] = {
+      {{7, 13}, {13, 33}},                  // 6006 flops
+      {{2, 16, 64}, {64, 176}},             // a fixture's MLP projection
+      {{2, 4, 16, 16}, {2, 4, 16, 16}},     // a fixture's attention scores
+      {{3, 40}, {40}},                      // a vector
+      {{512, 1024}, {1024, 768}}};
+  unsigned seed = 21;
+  for (const auto &[a, b] : cases) {
+    SCOPED_TRACE(shapeToString(a) + " x " + shapeToString(b));
+    EXPECT_GPU_MATCHES_CPU(matMulCase(a, b, ComputeMode::BF16, seed++), gpu(), 2e-5);
+  }
+}
+
+// Larger products: in BF16 mode ltMatmul packs both operands to bf16 in the
+// kernel's scratch (strided batches, broadcast B), as it does small ones.
 TEST(MatMulGpu, Large) {
   for (ComputeMode m : kModes) expectMatMul({512, 1024}, {1024, 768}, m, 7);
   expectMatMul({8, 128, 256}, {8, 256, 128}, ComputeMode::BF16, 9);

@@ -76,13 +76,14 @@ TEST(CostModel, ProgramWorkCountsGemmFlopsAndBytes) {
 TEST(CostModel, Bf16PlansCountOperandPacking) {
   plan::Program p;
   int32_t a = addValue(p, {512, 256}, kArg), b = addValue(p, {256, 1024}, kArg), y = addValue(p, {512, 1024});
-  addOp(p, "MatMul", {a, b}, {y}); // 2^28 flops: packed
+  addOp(p, "MatMul", {a, b}, {y});
   int32_t c = addValue(p, {4, 8}, kArg), d = addValue(p, {8, 2}, kArg), z = addValue(p, {4, 2});
-  addOp(p, "MatMul", {c, d}, {z}); // small: fp32 operands
+  addOp(p, "MatMul", {c, d}, {z}); // small products are packed too
   auto fp = plan::programWork(p), bf = plan::programWork(p, /*bf16Operands=*/true);
   ASSERT_TRUE(fp && bf);
   EXPECT_EQ(fp->memoryBytes, 0);
-  EXPECT_DOUBLE_EQ(bf->memoryBytes, 6.0 * (512 * 256 + 256 * 1024));
+  // Each operand element read as fp32 (4 bytes), written and read as bf16 (2 + 2).
+  EXPECT_DOUBLE_EQ(bf->memoryBytes, 6.0 * (512 * 256 + 256 * 1024) + 6.0 * (4 * 8 + 8 * 2));
   EXPECT_DOUBLE_EQ(bf->gemmFlops, fp->gemmFlops);
 }
 

@@ -195,6 +195,19 @@ TEST(StreamSchedule, AttentionWorkspaceIsTwoScoreMatrices) {
   if (attention == 0) GTEST_SKIP() << "llama_op23 has no Attention op";
   // [B=2, H=4, 16, 16] fp32, twice, plus 32 MiB.
   EXPECT_EQ(plan::workspaceBudgetBytes(*p), 2 * 2 * 4 * 16 * 16 * 4 + (32 << 20));
+  // bf16 plans add room for the bf16 copies of operands: in the gradient
+  // only dO V^T's, dO and V [2, 4, 16, 16] (head size 16; the export repeats
+  // the 2 kv heads to 4 before the op); every other product's copies fit in a
+  // free score matrix (P's 2048 elements and dO's, K's or Q's 2048: 8 KiB).
+  for (const plan::Template &t : p->templates()) {
+    bool grad = false;
+    for (const plan::Program::Op &op : t.backward().ops()) grad |= op.type() == "megac.AttentionGrad";
+    if (!grad) continue;
+    EXPECT_EQ(plan::attentionScoreBytes(t.backward(), false), 2 * 2 * 4 * 16 * 16 * 4);
+    EXPECT_EQ(plan::attentionScoreBytes(t.backward(), true), 2 * 2 * 4 * 16 * 16 * 4 + 2 * (2048 + 2048));
+    // The forward: one score matrix, then Q K^T's or P V's copies (2048 + 2048 elements each).
+    EXPECT_EQ(plan::attentionScoreBytes(t.forward(), true), 2 * 4 * 16 * 16 * 4 + 2 * (2048 + 2048));
+  }
 }
 
 // The WORKSPACE budget covers the fused loss's scratch in each compute mode:
