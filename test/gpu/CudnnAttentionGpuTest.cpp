@@ -227,8 +227,8 @@ TEST(CudnnAttentionGpu, WorkspaceSizes) {
   EXPECT_GT(fwd, 0u);
   EXPECT_GT(bwd, fwd);
   // Without a handle (how GpuProgram::prepare asks): the materialized path's
-  // bytes, in the bf16 mode with the bf16 copies of its largest product's
-  // operands (the planner's plan::attentionPackBytes) after them.
+  // bytes, in the bf16 mode with its own area for the bf16 operand copies that
+  // do not fit in a free score matrix (the planner's plan::attentionPackBytes).
   cuda::GpuContext none;
   ASSERT_EQ(none.mode, ComputeMode::BF16);
   ctx.mode = ComputeMode::FP32;
