@@ -30,6 +30,7 @@
 #include "runtime/cuda/CudnnAttention.h"
 #include "runtime/cuda/GpuKernel.h"
 #include "runtime/cuda/LtMatmul.h"
+#include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>
@@ -347,27 +348,24 @@ llvm::Error checkOutput(llvm::StringRef op, const DeviceTensor *t, const Shape &
   return llvm::Error::success();
 }
 
-constexpr int64_t kMinCudnnSeq = 64;
+// What plan::runsFused calls plain operands: f32 Q, K, V (and dY), no
+// attn_mask, past cache or nonpad_kv_seqlen, and (forward) no output but Y.
+bool plainOperands(const GpuKernelContext &ctx, const InputSlots &slots, bool forward) {
+  for (size_t i : {slots.mask, slots.pastKey, slots.pastValue, slots.nonpad})
+    if (inputAt(ctx, i)) return false;
+  for (size_t i : {slots.q, slots.k, slots.v})
+    if (inputAt(ctx, i)->dtype != DType::F32) return false;
+  if (!forward && (!ctx.input(0) || ctx.input(0)->dtype != DType::F32)) return false; // dY
+  return !(forward && (ctx.output(1) || ctx.output(2) || ctx.output(3)));
+}
 
-// The problem as cuDNN's fused attention takes it, where it can: the bf16
-// mode with a cuDNN handle, f32 tensors, no attn_mask (is_causal only), no
-// softcap, sliding window, nonpad_kv_seqlen or past cache, as many queries as
-// keys, no present_key/present_value/qk_matmul_output, supported head sizes.
+// The problem as cuDNN's fused attention takes it, where the plan runs it
+// fused (plan::runsFused, in the bf16 mode); cuDNN may still decline it at
+// run time (no handle, no engine), and the materialized path then runs.
 std::optional<SdpaShape> cudnnShape(const GpuKernelContext &ctx, const InputSlots &slots, const AttentionDims &d,
                                     bool forward) {
-  if (!ctx.gpu.dnn || ctx.gpu.mode != ComputeMode::BF16) return std::nullopt;
-  for (size_t i : {slots.mask, slots.pastKey, slots.pastValue, slots.nonpad})
-    if (inputAt(ctx, i)) return std::nullopt;
-  for (size_t i : {slots.q, slots.k, slots.v})
-    if (inputAt(ctx, i)->dtype != DType::F32) return std::nullopt;
-  if (!forward && (!ctx.input(0) || ctx.input(0)->dtype != DType::F32)) return std::nullopt; // dY
-  if (d.softcap > 0 || d.leftWindow >= 0 || d.rightWindow >= 0 || d.pastSeq != 0 || d.qSeq != d.totalSeq)
+  if (ctx.gpu.mode != ComputeMode::BF16 || !plan::runsFused(d, plainOperands(ctx, slots, forward)))
     return std::nullopt;
-  // Short sequences stay on the materialized path: as fast there, with an
-  // fp32 softmax (the bf16 fixture trajectories drifted 10x further from the
-  // fp32 reference with cuDNN at seq 16; not understood yet).
-  if (d.qSeq < kMinCudnnSeq) return std::nullopt;
-  if (forward && (ctx.output(1) || ctx.output(2) || ctx.output(3))) return std::nullopt;
   SdpaShape s;
   s.batch = d.batch, s.qHeads = d.qHeads, s.kvHeads = d.kvHeads, s.seq = d.qSeq;
   s.headDim = d.headSize, s.vHeadDim = d.vHeadSize;
@@ -419,10 +417,10 @@ ForwardBuffers carveForward(WorkspaceCarver &c, const AttentionDims &d, size_t p
   return f;
 }
 
-// The cuDNN path's bytes where it will run (a cuDNN handle, the bf16 mode:
-// its plans are built here), else the materialized path's. GpuProgram::prepare
-// asks with a context without handles, so there it is the latter, and the
-// cuDNN path runs where it fits in them (from about S > 2.5 D on).
+// The cuDNN path's bytes where it will run (the plan runs the problem fused
+// and cuDNN, asked through ctx's handle, has an engine: its plans are built
+// here), else the materialized path's. GpuProgram::prepare asks with the
+// trainer's handles, so the workspace is what the path taken needs.
 size_t attentionWorkspace(const GpuKernelContext &ctx) {
   auto d = dimsOf("Attention", ctx, kForwardSlots);
   if (!d) {

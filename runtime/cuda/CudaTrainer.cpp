@@ -256,16 +256,16 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   int64_t constBytes = 0, arenaNeed = 0;
   size_t workNeed = 0;
   for (const plan::Template &tp : plan_.templates()) {
-    auto f = GpuProgram::prepare(tp.forward(), "template '" + tp.name() + "' forward", gpu_.mode);
+    auto f = GpuProgram::prepare(tp.forward(), "template '" + tp.name() + "' forward", gpu_);
     if (!f) return f.takeError();
-    auto b = GpuProgram::prepare(tp.backward(), "template '" + tp.name() + "' backward", gpu_.mode);
+    auto b = GpuProgram::prepare(tp.backward(), "template '" + tp.name() + "' backward", gpu_);
     if (!b) return b.takeError();
     std::vector<GpuProgram *> programs{&*f, &*b};
     std::optional<GpuProgram> fk, bk;
     if (plan::hasKeepPrograms(tp)) {
-      auto f2 = GpuProgram::prepare(tp.forward_keep(), "template '" + tp.name() + "' forward_keep", gpu_.mode);
+      auto f2 = GpuProgram::prepare(tp.forward_keep(), "template '" + tp.name() + "' forward_keep", gpu_);
       if (!f2) return f2.takeError();
-      auto b2 = GpuProgram::prepare(tp.backward_kept(), "template '" + tp.name() + "' backward_kept", gpu_.mode);
+      auto b2 = GpuProgram::prepare(tp.backward_kept(), "template '" + tp.name() + "' backward_kept", gpu_);
       if (!b2) return b2.takeError();
       fk = std::move(*f2);
       bk = std::move(*b2);

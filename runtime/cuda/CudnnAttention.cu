@@ -18,6 +18,7 @@
 
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/WorkspaceCarver.h"
+#include "runtime/plan/FusedAttention.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -671,11 +672,7 @@ llvm::Error enqueueBackward(GpuContext &ctx, const SdpaShape &s, const CachedPla
 bool cudnnAttentionBuiltIn() { return true; }
 
 std::string cudnnSdpaShapeProblem(const SdpaShape &s) {
-  if (s.batch <= 0 || s.qHeads <= 0 || s.kvHeads <= 0 || s.seq <= 0) return "an empty dimension";
-  if (s.qHeads % s.kvHeads != 0) return "q heads are not a multiple of kv heads";
-  for (int64_t d : {s.headDim, s.vHeadDim})
-    if (d <= 0 || d % 8 != 0 || d > 256) return "head sizes must be multiples of 8 up to 256";
-  return "";
+  return plan::fusedAttentionShapeProblem(s.batch, s.qHeads, s.kvHeads, s.seq, s.headDim, s.vHeadDim);
 }
 
 size_t cudnnSdpaWorkspace(GpuContext &ctx, const SdpaShape &s, bool backward) {

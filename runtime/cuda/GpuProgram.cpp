@@ -11,7 +11,7 @@ static llvm::Error err(const llvm::Twine &m) {
 
 static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std::string &what, ComputeMode mode) {
+llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std::string &what, GpuContext &gpu) {
   GpuProgram g;
   g.what_ = what;
   g.backward_ = llvm::StringRef(what).endswith("backward");
@@ -73,13 +73,11 @@ llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std
     if (!checkId(r) || r < 0) return err(what + ": a result refers to no value");
     g.results_.push_back(r);
   }
-  // The scratch each op asks for, from shapes and constants alone.
-  GpuContext none; // no handles: kernels size their scratch from shapes and the mode
-  none.mode = mode;
+  // The scratch each op asks for, from shapes and constants (no data yet).
   for (const Op &op : g.ops_) {
     if (!op.kernel->workspace) continue;
     std::vector<DeviceTensor> ins, outs;
-    GpuKernelContext ctx{op.attrs, none, {}, {}, {}};
+    GpuKernelContext ctx{op.attrs, gpu, {}, {}, {}};
     ins.reserve(op.inputs.size());
     outs.reserve(op.outputs.size());
     for (int32_t in : op.inputs) {

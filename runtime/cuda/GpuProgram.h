@@ -12,9 +12,10 @@ namespace megac::cuda {
 
 class GpuProgram {
 public:
-  // Constants are uploaded by bindConstants. `mode` is the plan's: it sizes
-  // the kernels' scratch (bf16 operand packing, for one).
-  static llvm::Expected<GpuProgram> prepare(const plan::Program &p, const std::string &what, ComputeMode mode);
+  // Constants are uploaded by bindConstants. `ctx` is the one the program
+  // will run on: its mode (the plan's) and handles size the kernels' scratch
+  // (bf16 operand packing; cuDNN's attention plans, built here).
+  static llvm::Expected<GpuProgram> prepare(const plan::Program &p, const std::string &what, GpuContext &ctx);
 
   // Bytes this program's constants need in device memory (each 256-aligned).
   int64_t constantBytes() const;

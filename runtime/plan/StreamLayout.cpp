@@ -1,6 +1,7 @@
 #include "runtime/plan/StreamLayout.h"
 
 #include "runtime/cpu/NormAttentionShapes.h"
+#include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -47,7 +48,7 @@ ConstantsLayout constantsLayout(const Plan &p) {
   return l;
 }
 
-int64_t attentionScoreBytes(const Program &p, bool bf16) {
+int64_t attentionWorkspaceBytes(const Program &p, bool bf16) {
   int64_t most = 0;
   for (const Program::Op &op : p.ops()) {
     size_t q;
@@ -85,10 +86,21 @@ int64_t attentionScoreBytes(const Program &p, bool bf16) {
       continue;
     }
     const bool grad = q == 1;
-    int64_t bytes = (grad ? 2 : 1) * 4 * d->batch * d->qHeads * d->qSeq * d->totalSeq;
-    if (bf16)
-      bytes += attentionPackBytes(d->batch, d->qHeads, d->kvHeads, d->qSeq, d->totalSeq, d->headSize, d->vHeadSize,
-                                  grad);
+    // What runtime/cuda/AttentionKernels.cu calls plain operands.
+    auto present = [&](int i) { return i < op.inputs_size() && op.inputs(i) >= 0; };
+    auto f32 = [&](int i) { return present(i) && p.values(op.inputs(i)).type().dtype() == F32; };
+    bool plain = f32(int(q)) && f32(int(q) + 1) && f32(int(q) + 2) && (!grad || f32(0));
+    for (int i = int(q) + 3; i < op.inputs_size(); ++i) plain &= !present(i);
+    for (int i = 1; !grad && i < op.outputs_size(); ++i) plain &= op.outputs(i) < 0;
+    int64_t bytes;
+    if (bf16 && runsFused(*d, plain)) {
+      bytes = fusedAttentionWorkspaceBytes(d->batch, d->qHeads, d->kvHeads, d->qSeq, d->headSize, d->vHeadSize, grad);
+    } else {
+      bytes = (grad ? 2 : 1) * 4 * d->batch * d->qHeads * d->qSeq * d->totalSeq;
+      if (bf16)
+        bytes += attentionPackBytes(d->batch, d->qHeads, d->kvHeads, d->qSeq, d->totalSeq, d->headSize,
+                                    d->vHeadSize, grad);
+    }
     most = std::max(most, bytes);
   }
   return most;
@@ -154,7 +166,7 @@ int64_t workspaceBudgetBytes(const Plan &p) {
   for (const Template &t : p.templates()) {
     const bool bf16 = p.compute() == "bf16";
     for (const Program *prog : templatePrograms(t)) {
-      most = std::max({most, attentionScoreBytes(*prog, bf16), linearCrossEntropyBytes(*prog, bf16)});
+      most = std::max({most, attentionWorkspaceBytes(*prog, bf16), linearCrossEntropyBytes(*prog, bf16)});
       if (bf16) most = std::max(most, gemmPackBytes(*prog));
     }
   }

@@ -9,6 +9,7 @@
 #include "GpuOpCheck.h"
 
 #include "runtime/cuda/CudnnAttention.h"
+#include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/StreamLayout.h"
 
 #include <cstdio>
@@ -195,7 +196,7 @@ TEST(CudnnAttentionGpu, UnsupportedCasesFallBack) {
 }
 
 // The bytes the op's workspace function asks for, from shapes alone (data
-// pointers null, as GpuProgram::prepare asks).
+// pointers null, as GpuProgram::prepare asks, with the trainer's context).
 size_t workspaceOf(const Problem &p, bool grad, cuda::GpuContext &ctx) {
   const cuda::GpuKernel *k = cuda::lookupGpuKernel(opName(grad));
   const Attrs attrs = attnAttrs(p);
@@ -226,9 +227,9 @@ TEST(CudnnAttentionGpu, WorkspaceSizes) {
   EXPECT_EQ(bwd, cuda::cudnnSdpaWorkspace(ctx, s, true));
   EXPECT_GT(fwd, 0u);
   EXPECT_GT(bwd, fwd);
-  // Without a handle (how GpuProgram::prepare asks): the materialized path's
-  // bytes, in the bf16 mode with its own area for the bf16 operand copies that
-  // do not fit in a free score matrix (the planner's plan::attentionPackBytes).
+  // Without a handle (cuDNN unavailable): the materialized path's bytes, in
+  // the bf16 mode with its own area for the bf16 operand copies that do not
+  // fit in a free score matrix (the planner's plan::attentionPackBytes).
   cuda::GpuContext none;
   ASSERT_EQ(none.mode, ComputeMode::BF16);
   ctx.mode = ComputeMode::FP32;
@@ -237,18 +238,34 @@ TEST(CudnnAttentionGpu, WorkspaceSizes) {
               workspaceOf(p, grad, ctx) + size_t(plan::attentionPackBytes(p.B, p.H, p.KVH, p.S, p.S, p.D, p.D, grad)))
         << (grad ? "backward" : "forward");
 
-  // The bench model's attention (Llama-shaped 2.8B, batch 8 x seq 2048).
+  // The bench model's attention (Llama-shaped 2.8B, batch 8 x seq 2048) and
+  // a long sequence (Llama-3.1-8B's at seq 32768): the plan runs both fused
+  // (plan::runsFused) and budgets plan::fusedAttentionWorkspaceBytes for
+  // them, which must hold what the cuDNN path carves, cuDNN's own workspace
+  // included.
   Problem bench;
   bench.B = 8, bench.H = 24, bench.KVH = 8, bench.S = 2048, bench.D = 128, bench.causal = true;
-  ctx.mode = ComputeMode::BF16;
-  const size_t cudnnFwd = workspaceOf(bench, false, ctx), cudnnBwd = workspaceOf(bench, true, ctx);
-  ctx.mode = ComputeMode::FP32;
-  const size_t matFwd = workspaceOf(bench, false, ctx), matBwd = workspaceOf(bench, true, ctx);
-  ctx.mode = ComputeMode::BF16;
-  std::printf("[ workspace ] %s: cuDNN forward %zu, backward %zu bytes; materialized forward %zu, backward %zu\n",
-              bench.name().c_str(), cudnnFwd, cudnnBwd, matFwd, matBwd);
-  EXPECT_LT(cudnnFwd, matFwd);
-  EXPECT_LT(cudnnBwd, matBwd);
+  Problem longSeq;
+  longSeq.B = 1, longSeq.H = 32, longSeq.KVH = 8, longSeq.S = 32768, longSeq.D = 128, longSeq.causal = true;
+  for (const Problem &q : {bench, longSeq}) {
+    ctx.mode = ComputeMode::BF16;
+    const size_t cudnnFwd = workspaceOf(q, false, ctx), cudnnBwd = workspaceOf(q, true, ctx);
+    ctx.mode = ComputeMode::FP32;
+    const size_t matFwd = workspaceOf(q, false, ctx), matBwd = workspaceOf(q, true, ctx);
+    ctx.mode = ComputeMode::BF16;
+    const int64_t planFwd = plan::fusedAttentionWorkspaceBytes(q.B, q.H, q.KVH, q.S, q.D, q.D, false),
+                  planBwd = plan::fusedAttentionWorkspaceBytes(q.B, q.H, q.KVH, q.S, q.D, q.D, true);
+    std::printf("[ workspace ] %s: cuDNN forward %zu, backward %zu bytes (the plan budgets %lld, %lld); "
+                "materialized forward %zu, backward %zu\n",
+                q.name().c_str(), cudnnFwd, cudnnBwd, (long long)planFwd, (long long)planBwd, matFwd, matBwd);
+    EXPECT_LE(int64_t(cudnnFwd), planFwd) << q.name();
+    EXPECT_LE(int64_t(cudnnBwd), planBwd) << q.name();
+    // The carved part is the plan's to the byte; only cuDNN's own may differ.
+    EXPECT_GE(int64_t(cudnnFwd), plan::fusedAttentionWorkspaceBytes(q.B, q.H, q.KVH, q.S, q.D, q.D, false, 0));
+    EXPECT_GE(int64_t(cudnnBwd), plan::fusedAttentionWorkspaceBytes(q.B, q.H, q.KVH, q.S, q.D, q.D, true, 0));
+    EXPECT_LT(cudnnFwd, matFwd);
+    EXPECT_LT(cudnnBwd, matBwd);
+  }
 }
 
 } // namespace

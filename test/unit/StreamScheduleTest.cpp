@@ -5,6 +5,7 @@
 #include "FixtureTestUtil.h"
 
 #include "codegen/Compile.h"
+#include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/StreamLayout.h"
 
 using namespace megac;
@@ -203,11 +204,42 @@ TEST(StreamSchedule, AttentionWorkspaceIsTwoScoreMatrices) {
     bool grad = false;
     for (const plan::Program::Op &op : t.backward().ops()) grad |= op.type() == "megac.AttentionGrad";
     if (!grad) continue;
-    EXPECT_EQ(plan::attentionScoreBytes(t.backward(), false), 2 * 2 * 4 * 16 * 16 * 4);
-    EXPECT_EQ(plan::attentionScoreBytes(t.backward(), true), 2 * 2 * 4 * 16 * 16 * 4 + 2 * (2048 + 2048));
+    EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), false), 2 * 2 * 4 * 16 * 16 * 4);
+    EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), true), 2 * 2 * 4 * 16 * 16 * 4 + 2 * (2048 + 2048));
     // The forward: one score matrix, then Q K^T's or P V's copies (2048 + 2048 elements each).
-    EXPECT_EQ(plan::attentionScoreBytes(t.forward(), true), 2 * 4 * 16 * 16 * 4 + 2 * (2048 + 2048));
+    EXPECT_EQ(plan::attentionWorkspaceBytes(t.forward(), true), 2 * 4 * 16 * 16 * 4 + 2 * (2048 + 2048));
   }
+}
+
+// From seq 64 on (plan::kMinFusedAttentionSeq), a bf16 plan runs plain causal
+// attention fused (cuDNN) and budgets that path's O(B H S D) bytes; fp32
+// plans still budget two materialized [B, H, S, S] score matrices.
+TEST(StreamSchedule, FusedAttentionIsBudgetedItsOwnWorkspace) {
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 256;
+  passes::PassOptions unfused;
+  unfused.fuseLinearCrossEntropy = false;
+  auto p = codegen::compileForTraining(fixtureDir("llama_op23") + "/model.onnx", io, unfused, {});
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  int checked = 0;
+  for (const plan::Template &t : p->templates())
+    for (const plan::Program::Op &op : t.backward().ops()) {
+      if (op.type() != "megac.AttentionGrad") continue;
+      // [B=2, H=4 (the export repeats the 2 kv heads), 256, head size 16].
+      EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), false), 2 * 2 * 4 * 256 * 256 * 4);
+      EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), true),
+                plan::fusedAttentionWorkspaceBytes(2, 4, 4, 256, 16, 16, true));
+      EXPECT_EQ(plan::attentionWorkspaceBytes(t.forward(), true),
+                plan::fusedAttentionWorkspaceBytes(2, 4, 4, 256, 16, 16, false));
+      ++checked;
+    }
+  if (checked == 0) GTEST_SKIP() << "llama_op23 has no Attention op";
+  // bf16 copies of Q, K, V, Y, dY, dQ, dK, dV (8 x 64 KiB), the stats and
+  // row sums (2 x 8 KiB), the fp32 dQ accumulator (128 KiB) and cuDNN's own
+  // (one more such accumulator, 1 MiB spare): 1.8 MiB, against 4 MiB of scores.
+  EXPECT_EQ(plan::fusedAttentionWorkspaceBytes(2, 4, 4, 256, 16, 16, true),
+            8 * 65536 + 2 * 8192 + 131072 + 131072 + (1 << 20));
 }
 
 // The WORKSPACE budget covers the fused loss's scratch in each compute mode:
