@@ -21,6 +21,7 @@
 // softmax gives NaN, so a constant mask with such a row is fused only under
 // the NaN guard. The ops left without users are removed.
 #include "ir/OpSchema.h"
+#include "passes/AttentionMask.h"
 #include "passes/Pass.h"
 #include "runtime/cpu/NormAttentionShapes.h"
 
@@ -33,10 +34,6 @@ namespace megac::passes {
 using namespace ir;
 
 namespace {
-
-// A masked entry of a constant mask: adding it to a score of ordinary size
-// makes exp() underflow to exactly 0, as -inf does.
-constexpr double kMaskedBound = -1e30;
 
 struct AttentionMatch {
   ValueId y = kNoValue; // the P V product's result, which Attention takes over
@@ -56,66 +53,10 @@ Shape transposed(const Shape &s, const std::vector<int64_t> &perm) {
   return out;
 }
 
-// A constant mask viewed through broadcasting to [B, H, Sq, Skv].
-class MaskView {
-public:
-  explicit MaskView(const Tensor &t) : t_(t) {
-    m4_ = Shape(4 - size_t(t.rank()), 1);
-    m4_.insert(m4_.end(), t.shape().begin(), t.shape().end());
-    strides_ = rowMajorStrides(m4_);
-    for (size_t d = 0; d < 4; ++d)
-      if (m4_[d] == 1) strides_[d] = 0;
-  }
-  const Shape &shape4() const { return m4_; }
-  double at(int64_t b, int64_t h, int64_t i, int64_t j) const {
-    return t_.getAsDouble(b * strides_[0] + h * strides_[1] + i * strides_[2] + j * strides_[3]);
-  }
-  // Calls f(b, h, i, row) for every distinct row (b, h, i) of the mask.
-  template <class F> bool allRows(int64_t qSeq, F f) const {
-    for (int64_t b = 0; b < m4_[0]; ++b)
-      for (int64_t h = 0; h < m4_[1]; ++h)
-        for (int64_t i = 0; i < (m4_[2] == 1 ? 1 : qSeq); ++i)
-          if (!f(b, h, i)) return false;
-    return true;
-  }
-
-private:
-  const Tensor &t_;
-  Shape m4_;
-  std::vector<int64_t> strides_;
-};
-
-// How the entries of a constant mask read: visible(x) / masked(x).
-struct MaskKind {
-  bool boolean; // true: a bool keep-mask; false: additive
-  bool visible(double x) const { return boolean ? x != 0 : x == 0; }
-  bool masked(double x) const { return boolean ? x == 0 : x <= kMaskedBound; }
-  bool fullyMasked(double x) const { return boolean ? x == 0 : x == -INFINITY; }
-};
-
-// Key j visible to query i exactly when j <= i, in every row.
-bool isCausalMask(const MaskView &m, MaskKind kind, int64_t qSeq, int64_t kvSeq) {
-  if (qSeq != kvSeq || (m.shape4()[2] == 1 && qSeq > 1)) return false;
-  return m.allRows(qSeq, [&](int64_t b, int64_t h, int64_t i) {
-    for (int64_t j = 0; j < kvSeq; ++j) {
-      double x = m.at(b, h, i, j);
-      if (j <= i ? !kind.visible(x) : !kind.masked(x)) return false;
-    }
-    return true;
-  });
-}
-
-bool hasFullyMaskedRow(const MaskView &m, MaskKind kind, int64_t qSeq, int64_t kvSeq) {
-  return !m.allRows(qSeq, [&](int64_t b, int64_t h, int64_t i) {
-    for (int64_t j = 0; j < kvSeq; ++j)
-      if (!kind.fullyMasked(m.at(b, h, i, j))) return true;
-    return false;
-  });
-}
-
 class AttentionMatcher {
 public:
-  explicit AttentionMatcher(Graph &g) : g_(g), users_(g.computeUsers()), isOutput_(g.values.size(), false) {
+  AttentionMatcher(Graph &g, const PassOptions &opts)
+      : g_(g), opts_(opts), users_(g.computeUsers()), isOutput_(g.values.size(), false) {
     for (ValueId o : g.outputs) isOutput_[size_t(o)] = true;
   }
 
@@ -194,6 +135,8 @@ private:
   ValueId unrepeated(ValueId x);
 
   Graph &g_;
+  const PassOptions &opts_;
+  MaskFactsCache masks_;
   std::vector<std::vector<int32_t>> users_;
   std::vector<bool> isOutput_;
 };
@@ -235,58 +178,58 @@ bool AttentionMatcher::probabilities(ValueId p, int32_t user, int32_t &softmax, 
   return axis == -1 || axis == 3;
 }
 
-// An additive constant mask of the scores' dtype.
+// An additive mask of the scores' dtype known at compile time: dropped where
+// it masks nothing, is_causal where it is the causal pattern, else kept (a
+// constant; a mask too large to fold is then left unfused).
 bool AttentionMatcher::maskFromAdd(ValueId mask, const Shape &scores, DType dtype, AttentionMatch &m,
                                    bool &guardNeeded) {
-  mask = throughBroadcast(mask);
-  const Tensor *t = g_.constValue(mask);
-  if (!t || t->dtype() != dtype || t->rank() < 1 || t->rank() > 4 || t->shape().back() != scores[3]) return false;
-  MaskView view(*t);
-  const MaskKind kind{false};
-  const int64_t qSeq = scores[2], kvSeq = scores[3];
-  bool allZero = true;
-  for (int64_t i = 0; i < t->numel() && allZero; ++i) allZero = t->getAsDouble(i) == 0;
-  if (allZero) return true;
-  if (isCausalMask(view, kind, qSeq, kvSeq)) {
+  const TensorType &t = g_.type(mask);
+  if (t.dtype != dtype || t.shape.empty() || t.shape.size() > 4 || t.shape.back() != scores[3]) return false;
+  auto facts = masks_.get(g_, mask, MaskKind{false}, scores[2], scores[3], opts_);
+  if (!facts) return false;
+  if (facts->allVisible) return true;
+  if (facts->causal) {
     m.causal = true;
     return true;
   }
-  guardNeeded = hasFullyMaskedRow(view, kind, qSeq, kvSeq);
+  mask = throughBroadcast(mask);
+  if (!g_.constValue(mask)) return false;
+  guardNeeded = facts->fullyMaskedRow;
   m.mask = mask;
   return true;
 }
 
-// Where(keep, scores, fill) or Where(drop, fill, scores) with a constant
-// bool condition and a fill that makes exp() vanish: a bool keep-mask.
+// Where(keep, scores, fill) or Where(drop, fill, scores) with a bool
+// condition known at compile time and a fill that makes exp() vanish: a bool
+// keep-mask, read as maskFromAdd reads its mask.
 bool AttentionMatcher::maskFromWhere(const Op &where, const Shape &scores, AttentionMatch &m, bool &guardNeeded) {
-  const ValueId condValue = throughBroadcast(where.inputs[0]);
-  const Tensor *cond = g_.constValue(condValue);
-  if (!cond || cond->dtype() != DType::Bool || cond->rank() < 1 || cond->rank() > 4 ||
-      cond->shape().back() != scores[3])
-    return false;
+  const TensorType &ct = g_.type(where.inputs[0]);
+  if (ct.dtype != DType::Bool || ct.shape.empty() || ct.shape.size() > 4 || ct.shape.back() != scores[3]) return false;
   const bool inverted = g_.type(where.inputs[1]).shape != scores;
   auto fill = scalarConst(where.inputs[inverted ? 1 : 2]);
   if (!fill || !(*fill <= kMaskedBound)) return false;
-  Tensor keep = *cond;
-  if (inverted) {
-    keep = cond->clone();
-    for (int64_t i = 0; i < keep.numel(); ++i) keep.setFromDouble(i, keep.getAsDouble(i) == 0 ? 1 : 0);
-  }
-  MaskView view(keep);
-  const MaskKind kind{true};
-  if (isCausalMask(view, kind, scores[2], scores[3])) {
+  auto facts = masks_.get(g_, where.inputs[0], MaskKind{true, inverted}, scores[2], scores[3], opts_);
+  if (!facts) return false;
+  if (facts->allVisible) return true;
+  if (facts->causal) {
     m.causal = true;
     return true;
   }
-  if (hasFullyMaskedRow(view, kind, scores[2], scores[3])) {
+  const ValueId condValue = throughBroadcast(where.inputs[0]);
+  const Tensor *cond = g_.constValue(condValue);
+  if (!cond) return false;
+  if (facts->fullyMaskedRow) {
     // The softmax of a row of finite fills is uniform, not 0 or NaN.
     if (*fill != -INFINITY) return false;
     guardNeeded = true;
   }
-  if (inverted)
+  if (inverted) {
+    Tensor keep = cond->clone();
+    for (int64_t i = 0; i < keep.numel(); ++i) keep.setFromDouble(i, keep.getAsDouble(i) == 0 ? 1 : 0);
     m.newMask = std::move(keep);
-  else
+  } else {
     m.mask = condValue;
+  }
   return true;
 }
 
@@ -503,10 +446,10 @@ void rewrite(Graph &g, const AttentionMatch &m) {
 
 } // namespace
 
-llvm::Error fuseAttention(Graph &g, const PassOptions &) {
+llvm::Error fuseAttention(Graph &g, const PassOptions &opts) {
   std::vector<AttentionMatch> matches;
   {
-    AttentionMatcher matcher(g);
+    AttentionMatcher matcher(g, opts);
     for (size_t i = 0; i < g.ops.size(); ++i)
       if (!g.ops[i].dead && g.ops[i].type == "MatMul")
         if (auto m = matcher.match(int32_t(i))) matches.push_back(std::move(*m));

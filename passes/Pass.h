@@ -45,6 +45,7 @@ llvm::Error eliminateDeadCode(ir::Graph &g, const PassOptions &opts);
 // Marks dead every op none of whose results reaches `roots` (no renumbering).
 void markUnusedOpsDead(ir::Graph &g, const std::vector<ir::ValueId> &roots);
 llvm::Error fuseAttention(ir::Graph &g, const PassOptions &opts);
+llvm::Error simplifyAttentionMasks(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseRMSNorm(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseSwiGLU(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseGelu(ir::Graph &g, const PassOptions &opts);

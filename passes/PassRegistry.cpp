@@ -11,6 +11,9 @@ const std::vector<PassInfo> &allPasses() {
       {"dce", "remove ops whose results are never used", eliminateDeadCode},
       {"fuse-attention", "rewrite softmax(scale * Q K^T + mask) V written as separate ops into Attention",
        fuseAttention},
+      {"simplify-attention-masks",
+       "give Attention is_causal = 1 for a compile-time causal attn_mask and drop one that masks nothing",
+       simplifyAttentionMasks},
       {"fuse-rmsnorm", "rewrite x / sqrt(mean(x^2) + eps) * w written as separate ops into RMSNormalization",
        fuseRMSNorm},
       {"fuse-swiglu", "rewrite g * sigmoid(g) * u written as separate ops into megac.SwiGLU", fuseSwiGLU},
@@ -43,9 +46,9 @@ llvm::Error runPass(ir::Graph &g, llvm::StringRef name, const PassOptions &opts)
 
 const std::vector<std::string> &importPipeline() {
   static const std::vector<std::string> p = {
-      "classify-params", "specialize",   "lower-sequences", "specialize", "fold-nan-guards", "dce",
-      "fuse-attention",  "fuse-rmsnorm", "fuse-swiglu",     "fuse-gelu",  "fuse-rotary",     "dce",
-      "verify"};
+      "classify-params", "specialize",   "lower-sequences", "specialize", "fold-nan-guards",
+      "dce",             "fuse-attention", "simplify-attention-masks",    "fuse-rmsnorm",    "fuse-swiglu",
+      "fuse-gelu",       "fuse-rotary",  "dce",             "verify"};
   return p;
 }
 
