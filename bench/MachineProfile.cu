@@ -174,22 +174,11 @@ static double layerGemmTflops(cublasLtHandle_t lt, const GemmCase &c, void *ws, 
   return r[r.size() / 2];
 }
 
+// Seconds of one forward then backward (which recomputes the forward) of
 // megac's bf16 attention (cuDNN's fused SDPA with its fp32<->bf16
-// conversions), forward then backward (which recomputes the forward), in the
-// cost model's flops: causal, B 8, 32 q heads, 8 kv heads, seq 4096, head 128.
-static double attentionTflops(cudaStream_t s) {
+// conversions) on shape sh; 0 where cuDNN cannot run it.
+static double attentionPassSeconds(megac::cuda::GpuContext &ctx, const megac::cuda::SdpaShape &sh) {
   using namespace megac::cuda;
-  GpuContext ctx;
-  ctx.stream = s;
-  ctx.mode = ComputeMode::BF16;
-  std::string why;
-  if (!cudnnAttentionBuiltIn() || !createDnnHandle(ctx, &why) || !ctx.dnn) {
-    std::fprintf(stderr, "megac_profile: no cuDNN attention (%s)\n", why.c_str());
-    return 0;
-  }
-  SdpaShape sh;
-  sh.batch = 4, sh.qHeads = 32, sh.kvHeads = 8, sh.seq = 4096, sh.headDim = sh.vHeadDim = 128;
-  sh.causal = true, sh.scale = 1.0f / std::sqrt(128.0f);
   const size_t wsBytes = std::max(cudnnSdpaWorkspace(ctx, sh, false), cudnnSdpaWorkspace(ctx, sh, true));
   if (wsBytes == 0) {
     std::fprintf(stderr, "megac_profile: cuDNN has no attention engine: %s\n",
@@ -213,22 +202,65 @@ static double attentionTflops(cudaStream_t s) {
     if (!b) llvm::consumeError(b.takeError());
     return ok;
   };
-  if (!pass()) {
+  double t = 0;
+  if (pass()) {
+    CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
+    const int reps = 5;
+    double t0 = seconds();
+    for (int i = 0; i < reps; ++i) pass();
+    CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
+    t = (seconds() - t0) / reps;
+  } else {
     std::fprintf(stderr, "megac_profile: the cuDNN attention did not run\n");
-    return 0;
   }
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  const int reps = 5;
-  double t0 = seconds();
-  for (int i = 0; i < reps; ++i) pass();
-  CHECK_CUDA(cudaStreamSynchronize(s));
-  double t = (seconds() - t0) / reps;
   for (void *p : {q, k, v, y, dy, dq, dk, dv, ws}) cudaFree(p);
+  return t;
+}
+
+// The cost model's attention rates (CostModel.cpp): attention_bf16_tflops in
+// its flops (per (batch, q head, query, key) 2(D + Dv) forward and 2(3D + 2Dv)
+// backward, halved by the causal mask) and attention_bf16_ps_per_elem, the
+// time beyond them per element of Q. Two causal shapes with Q of the same
+// size (32 q heads, 8 kv heads, head 128, 16384 tokens) and 4x the flops
+// apart, batch 4 x seq 4096 and batch 1 x seq 16384, separate the two:
+// t = flops / rate + elements * cost.
+struct AttentionRates {
+  double tflops = 0, psPerElem = 0;
+};
+static AttentionRates attentionRates(cudaStream_t s) {
+  using namespace megac::cuda;
+  GpuContext ctx;
+  ctx.stream = s;
+  ctx.mode = ComputeMode::BF16;
+  std::string why;
+  if (!cudnnAttentionBuiltIn() || !createDnnHandle(ctx, &why) || !ctx.dnn) {
+    std::fprintf(stderr, "megac_profile: no cuDNN attention (%s)\n", why.c_str());
+    return {};
+  }
+  auto shape = [](int64_t batch, int64_t seq) {
+    SdpaShape sh;
+    sh.batch = batch, sh.qHeads = 32, sh.kvHeads = 8, sh.seq = seq, sh.headDim = sh.vHeadDim = 128;
+    sh.causal = true, sh.scale = 1.0f / std::sqrt(128.0f);
+    return sh;
+  };
+  auto flops = [](const SdpaShape &sh) {
+    return double(sh.batch * sh.qHeads) * double(sh.seq) * double(sh.seq) * 0.5 * (2.0 * 256 + 2.0 * 640);
+  };
+  const SdpaShape shortSeq = shape(4, 4096), longSeq = shape(1, 16384);
+  const double tShort = attentionPassSeconds(ctx, shortSeq), tLong = attentionPassSeconds(ctx, longSeq);
   destroyDnnHandle(ctx);
-  // CostModel.cpp's count: per (batch, q head, query, key) 2(D + Dv) forward and
-  // 2(3D + 2Dv) backward flops, halved by the causal mask.
-  const double rows = double(sh.batch * sh.qHeads) * double(sh.seq) * double(sh.seq) * 0.5;
-  return rows * (2.0 * 256 + 2.0 * 640) / t / 1e12;
+  if (tShort <= 0 || tLong <= 0) return {};
+  const double elements = double(shortSeq.batch * shortSeq.qHeads * shortSeq.seq * shortSeq.headDim);
+  AttentionRates r;
+  if (tLong > tShort) { // else noise: one rate for both
+    const double secondsPerFlop = (tLong - tShort) / (flops(longSeq) - flops(shortSeq));
+    r.tflops = 1.0 / secondsPerFlop / 1e12;
+    r.psPerElem = std::max(0.0, tShort - flops(shortSeq) * secondsPerFlop) / elements * 1e12;
+  }
+  if (!(r.psPerElem > 0)) r = {flops(shortSeq) / tShort / 1e12, 0.0};
+  std::fprintf(stderr, "megac_profile: attention pass %.2f ms at batch 4 x seq 4096, %.2f ms at 1 x 16384\n",
+               tShort * 1e3, tLong * 1e3);
+  return r;
 }
 
 static double hostMemcpyBandwidth(size_t bytes) {
@@ -335,7 +367,7 @@ int main(int argc, char **argv) {
   double tf32 = layerGemmTflops(lt, {"tf32", CUDA_R_32F, CUBLAS_COMPUTE_32F_FAST_TF32, 4}, ws, wsBytes);
   const int n = 8192; // fp32 (no tensor cores) is slow: one square product
   double fp32 = gemmTflops(lt, {"fp32", CUDA_R_32F, CUBLAS_COMPUTE_32F, 4}, n, n, n, ws, wsBytes);
-  double attention = attentionTflops(s);
+  AttentionRates attention = attentionRates(s);
   double hostBw = hostMemcpyBandwidth(size_t(1) << 30);
   double adamw = adamwParamsPerSecond(int64_t(1) << 27);
   // About 1.3 s of copies; AdamW over 2^25 parameters (8 ms a step alone) keeps pace.
@@ -357,7 +389,8 @@ int main(int argc, char **argv) {
   add("gemm_tf32_tflops", tf32);
   add("gemm_fp32_tflops", fp32);
   add("gpu_hbm_gbps", hbm);
-  if (attention > 0) add("attention_bf16_tflops", attention);
+  if (attention.tflops > 0) add("attention_bf16_tflops", attention.tflops);
+  if (attention.psPerElem > 0) add("attention_bf16_ps_per_elem", attention.psPerElem);
   add("host_mem_gbps", hostBw);
   add("cpu_adamw_params_per_s", adamw);
   add("cpu_adamw_under_dma_params_per_s", adamwDma);

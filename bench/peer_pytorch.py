@@ -1,7 +1,8 @@
 # PyTorch peers for the megac benchmark, measured the way a user would run them
 # (bench/bench2.8b.sh runs it; kept as it came with the project's issue 5).
 # Usage on the GPU machine: python3 peer_pytorch.py gpu|fsdp|fsdp_fused  (SHAPE=8b for the
-# Llama-3.1-8B shape; default the 2.81B Llama shape). Prints one JSON line; writes it to $OUT.
+# Llama-3.1-8B shape; default the 2.81B Llama shape; BATCH and SEQ for another batch than 8 x 2048).
+# Prints one JSON line; writes it to $OUT.
 # Measured 2026-12-02 on the lent H200: gpu 0.924 s/step, fsdp_fused 1.946, fsdp 4.116;
 # at SHAPE=8b, gpu runs out of memory.
 # Modes:  (a) everything resident on the GPU (bf16 autocast, fp32
@@ -15,13 +16,13 @@ import torch, transformers as tf
 OUT = os.environ.get("OUT", "/tmp")
 mode = sys.argv[1]
 layers = int(sys.argv[2]) if len(sys.argv) > 2 else 26
-B, S = 8, 2048
+B, S = int(os.environ.get("BATCH", 8)), int(os.environ.get("SEQ", 2048))
 cfg = tf.LlamaConfig(vocab_size=32000, hidden_size=3072, intermediate_size=8192, num_hidden_layers=layers,
-                     num_attention_heads=24, num_key_value_heads=8, max_position_embeddings=4096,
+                     num_attention_heads=24, num_key_value_heads=8, max_position_embeddings=max(4096, S),
                      tie_word_embeddings=False)
 if os.environ.get("SHAPE") == "8b":  # Llama-3.1-8B shape
     cfg = tf.LlamaConfig(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
-                         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=4096,
+                         num_attention_heads=32, num_key_value_heads=8, max_position_embeddings=max(4096, S),
                          tie_word_embeddings=False)
 cfg._attn_implementation = "sdpa"
 res = {"mode": mode, "shape": os.environ.get("SHAPE", "2.8b"), "B": B, "S": S}

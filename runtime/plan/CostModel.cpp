@@ -42,12 +42,15 @@ static const Program::Value *valueAt(const Program &p, int32_t id) {
   return id >= 0 && id < p.values_size() ? &p.values(id) : nullptr;
 }
 
-// Flops of Attention(Q, K, V, mask?, past_key?, past_value?, nonpad?) or
-// megac.AttentionGrad(dY, Q, K, V, mask?, nonpad?): per head and query row,
-// Q*K^T is 2*Skv*D flops and P*V 2*Skv*Dv. The backward recomputes Q*K^T and
-// runs four more products (dV, dP, dQ, dK): 2*Skv*(3D + 2Dv). Causal masking
-// halves both (a fused kernel skips the masked blocks).
-static llvm::Expected<double> attentionFlops(const Program &p, const Program::Op &op) {
+// The work of Attention(Q, K, V, mask?, past_key?, past_value?, nonpad?) or
+// megac.AttentionGrad(dY, Q, K, V, mask?, nonpad?). Flops: per head and query
+// row, Q*K^T is 2*Skv*D flops and P*V 2*Skv*Dv. The backward recomputes Q*K^T
+// and runs four more products (dV, dP, dQ, dK): 2*Skv*(3D + 2Dv). Causal
+// masking halves both (a fused kernel skips the masked blocks). Elements: Q's
+// (B Hq Sq D), once for the forward and twice for the gradient: what the work
+// beyond the flops (conversions, the backward's own forward, dQ's
+// accumulator) grows with.
+static llvm::Error attentionWork(const Program &p, const Program::Op &op, ProgramWork &w) {
   bool grad = op.type() == "megac.AttentionGrad";
   int first = grad ? 1 : 0;
   auto shape = [&](int i) -> const Program::Value * {
@@ -82,7 +85,9 @@ static llvm::Expected<double> attentionFlops(const Program &p, const Program::Op
   double rows = double(d->batch) * double(d->qHeads) * double(d->qSeq) * double(d->totalSeq);
   double perRow = grad ? 2.0 * (3.0 * double(d->headSize) + 2.0 * double(d->vHeadSize))
                        : 2.0 * (double(d->headSize) + double(d->vHeadSize));
-  return rows * perRow * (d->causal ? 0.5 : 1.0);
+  w.attentionFlops += rows * perRow * (d->causal ? 0.5 : 1.0);
+  w.attentionElements += (grad ? 2.0 : 1.0) * double(d->batch) * double(d->qHeads) * double(d->qSeq) * double(d->headSize);
+  return llvm::Error::success();
 }
 
 // Bytes an op reads and writes. Gather reads only the rows it gathers.
@@ -159,9 +164,7 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
     } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
       if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return std::move(e);
     } else if (type == "Attention" || type == "megac.AttentionGrad") {
-      auto f = attentionFlops(p, op);
-      if (!f) return f.takeError();
-      w.attentionFlops += *f;
+      if (auto e = attentionWork(p, op, w)) return std::move(e);
     } else if (!viewSharesBytes(p, op)) {
       w.memoryBytes += memoryBytes(p, op);
     }
@@ -178,7 +181,10 @@ llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &
   r.bothBytesPerS = m.pcieBothGBps * 1e9;
   r.hbmBytesPerS = m.gpuHbmGBps * 1e9;
   r.adamwParamsPerS = m.cpuAdamwParamsPerS;
-  if (computeMode == "bf16") r.gemmFlopsPerS = m.gemmBf16Tflops * 1e12, r.attentionFlopsPerS = m.attentionBf16Tflops * 1e12;
+  if (computeMode == "bf16") {
+    r.gemmFlopsPerS = m.gemmBf16Tflops * 1e12, r.attentionFlopsPerS = m.attentionBf16Tflops * 1e12;
+    r.attentionSecondsPerElement = m.attentionBf16PsPerElem * 1e-12 / 3.0; // a pass is a forward and a gradient
+  }
   else if (computeMode == "tf32") r.gemmFlopsPerS = m.gemmTf32Tflops * 1e12;
   else if (computeMode == "fp32" || computeMode.empty()) r.gemmFlopsPerS = m.gemmFp32Tflops * 1e12;
   else return err("the plan's compute mode '" + computeMode + "' is not one of bf16, tf32, fp32");

@@ -30,7 +30,9 @@ namespace megac::plan {
 struct ProgramWork {
   double gemmFlops = 0;      // MatMul and Gemm
   double attentionFlops = 0; // Attention and megac.AttentionGrad
-  double memoryBytes = 0;    // bytes read + written by every other op (view ops: none)
+  // Elements of their Q (twice for a gradient): their work beyond the flops.
+  double attentionElements = 0;
+  double memoryBytes = 0; // bytes read + written by every other op (view ops: none)
 };
 // `bf16Operands`: bf16 plans, where the runtime packs each large product's
 // fp32 operands to bf16 first (6 bytes moved per operand element).
@@ -46,6 +48,7 @@ struct CostRates {
   double h2dBytesPerS = 0, d2hBytesPerS = 0, bothBytesPerS = 0;
   double gemmFlopsPerS = 0;      // of the plan's compute mode
   double attentionFlopsPerS = 0; // bf16: the profile's attention rate; else the GEMM rate
+  double attentionSecondsPerElement = 0; // bf16: attention_bf16_ps_per_elem / 3 (per ProgramWork element)
   double hbmBytesPerS = 0;
   double adamwParamsPerS = 0;
   // While the CPU AdamW and pinned copies run at once (they share host
@@ -57,7 +60,8 @@ struct CostRates {
 llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode);
 // Seconds the GPU spends on a program's work at these rates, alone.
 inline double programSeconds(const ProgramWork &w, const CostRates &r) {
-  return w.gemmFlops / r.gemmFlopsPerS + w.attentionFlops / r.attentionFlopsPerS + w.memoryBytes / r.hbmBytesPerS;
+  return w.gemmFlops / r.gemmFlopsPerS + w.attentionFlops / r.attentionFlopsPerS +
+         w.attentionElements * r.attentionSecondsPerElement + w.memoryBytes / r.hbmBytesPerS;
 }
 
 struct ActionTiming {

@@ -26,6 +26,7 @@ static std::map<std::string, double MachineProfile::*> profileKeys() {
       {"gpu_mem_free_gib", &MachineProfile::gpuMemFreeGiB},
       {"gpu_hbm_gbps", &MachineProfile::gpuHbmGBps},
       {"attention_bf16_tflops", &MachineProfile::attentionBf16Tflops},
+      {"attention_bf16_ps_per_elem", &MachineProfile::attentionBf16PsPerElem},
       {"cpu_adamw_under_dma_params_per_s", &MachineProfile::cpuAdamwUnderDmaParamsPerS},
       {"pcie_both_under_adamw_gbps", &MachineProfile::pcieBothUnderAdamwGBps},
   };
@@ -63,8 +64,11 @@ llvm::Expected<MachineProfile> parseMachineProfile(llvm::StringRef text, llvm::S
   }
   for (const auto &kv : keys) {
     if (seenAt.count(kv.first) || kv.first == "gpu_hbm_gbps" || kv.first == "attention_bf16_tflops") continue;
-    // Not measured on that machine: no host-memory contention modelled.
-    if (kv.first == "cpu_adamw_under_dma_params_per_s" || kv.first == "pcie_both_under_adamw_gbps") mp.*(kv.second) = 0;
+    // Not measured on that machine: no host-memory contention modelled, and
+    // the attention rate (if given) includes its work beyond the flops.
+    if (kv.first == "cpu_adamw_under_dma_params_per_s" || kv.first == "pcie_both_under_adamw_gbps" ||
+        kv.first == "attention_bf16_ps_per_elem")
+      mp.*(kv.second) = 0;
     else return err(source + ": the profile does not give " + kv.first);
   }
   return mp;

@@ -107,6 +107,7 @@ TEST(CostModel, AttentionFlops) {
     EXPECT_TRUE(bool(w)) << llvm::toString(w.takeError());
     EXPECT_EQ(w->memoryBytes, 0);
     EXPECT_EQ(w->gemmFlops, 0);
+    EXPECT_EQ(w->attentionElements, (grad ? 2.0 : 1.0) * 2 * 4 * 16 * 8); // Q's, twice for the gradient
     return w->attentionFlops;
   };
   const double bhss = 2.0 * 4 * 16 * 16;
@@ -114,6 +115,20 @@ TEST(CostModel, AttentionFlops) {
   EXPECT_DOUBLE_EQ(build(true, false), 2 * bhss * 8);  // causal: half
   EXPECT_DOUBLE_EQ(build(false, true), 10 * bhss * 8); // recompute QK^T, dV, dP, dQ, dK
   EXPECT_DOUBLE_EQ(build(true, true), 5 * bhss * 8);
+
+  // bf16 plans time attention as flops at the profile's rate plus its work
+  // per element of Q: a third of attention_bf16_ps_per_elem per element
+  // counted (a forward once, a gradient twice: a measured pass is both).
+  plan::MachineProfile m;
+  m.attentionBf16Tflops = 500, m.attentionBf16PsPerElem = 90;
+  auto r = plan::costRates(m, "bf16");
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  plan::ProgramWork pass;
+  pass.attentionFlops = 1e12, pass.attentionElements = 3e6;
+  EXPECT_DOUBLE_EQ(plan::programSeconds(pass, *r), 1e12 / 500e12 + 1e6 * 90e-12);
+  auto fp32 = plan::costRates(m, "fp32"); // the materialized kernels: GEMM rate, nothing more
+  ASSERT_TRUE(bool(fp32));
+  EXPECT_EQ(fp32->attentionSecondsPerElement, 0);
 }
 
 // --- step simulations ---

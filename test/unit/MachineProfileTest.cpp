@@ -35,6 +35,8 @@ TEST(MachineProfile, CommittedH200ProfileIsTheBuiltInDefault) {
   EXPECT_EQ(p->gpuMemFreeGiB, d.gpuMemFreeGiB);
   EXPECT_EQ(p->gpuHbmGBps, d.gpuHbmGBps);
   EXPECT_EQ(p->attentionBf16Tflops, d.attentionBf16Tflops);
+  EXPECT_EQ(p->attentionBf16PsPerElem, d.attentionBf16PsPerElem);
+  EXPECT_GT(d.attentionBf16PsPerElem, 0);
   EXPECT_EQ(p->cpuAdamwUnderDmaParamsPerS, d.cpuAdamwUnderDmaParamsPerS);
   EXPECT_EQ(p->pcieBothUnderAdamwGBps, d.pcieBothUnderAdamwGBps);
   EXPECT_GT(d.cpuAdamwUnderDmaParamsPerS, 0);
@@ -50,8 +52,10 @@ TEST(MachineProfile, ParsesEveryKey) {
   EXPECT_EQ(p->pcieBothGBps, 3);
   EXPECT_EQ(p->cpuAdamwParamsPerS, 9e9);
   EXPECT_EQ(p->usableGpuBytes(), int64_t(79.5 * 1073741824.0));
-  // Left out: no host-memory contention measured (not the built-in H200's).
+  // Left out: no host-memory contention measured (not the built-in H200's),
+  // and no attention work beyond the flops.
   EXPECT_EQ(p->cpuAdamwUnderDmaParamsPerS, 0);
+  EXPECT_EQ(p->attentionBf16PsPerElem, 0);
   EXPECT_EQ(p->pcieBothUnderAdamwGBps, 0);
 }
 
