@@ -7,6 +7,7 @@
 // which share host memory with it), and GPU memory.
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cuda/CudnnAttention.h"
+#include "runtime/plan/FusedAttention.h"
 #include "runtime/cuda/GpuKernel.h"
 #include "runtime/train/AdamW.h"
 
@@ -174,9 +175,10 @@ static double layerGemmTflops(cublasLtHandle_t lt, const GemmCase &c, void *ws, 
   return r[r.size() / 2];
 }
 
-// Seconds of one forward then backward (which recomputes the forward) of
-// megac's bf16 attention (cuDNN's fused SDPA with its fp32<->bf16
-// conversions) on shape sh; 0 where cuDNN cannot run it.
+// Seconds of one forward then backward of megac's bf16 attention (cuDNN's
+// fused SDPA with its fp32<->bf16 conversions) on shape sh, the backward on
+// the forward's stashed residue as a unit's recomputed forward leaves it;
+// 0 where cuDNN cannot run it.
 static double attentionPassSeconds(megac::cuda::GpuContext &ctx, const megac::cuda::SdpaShape &sh) {
   using namespace megac::cuda;
   const size_t wsBytes = std::max(cudnnSdpaWorkspace(ctx, sh, false), cudnnSdpaWorkspace(ctx, sh, true));
@@ -187,23 +189,30 @@ static double attentionPassSeconds(megac::cuda::GpuContext &ctx, const megac::cu
   }
   const size_t qBytes = size_t(sh.batch * sh.qHeads * sh.seq * sh.headDim) * 4;
   const size_t kvBytes = size_t(sh.batch * sh.kvHeads * sh.seq * sh.headDim) * 4;
-  void *q, *k, *v, *y, *dy, *dq, *dk, *dv, *ws;
+  const size_t stashBytes = size_t(megac::plan::fusedAttentionStashBytes(sh.batch, sh.qHeads, sh.kvHeads, sh.seq,
+                                                                          sh.headDim, sh.vHeadDim));
+  void *q, *k, *v, *y, *dy, *dq, *dk, *dv, *ws, *stash;
   for (auto [p, b] : {std::pair{&q, qBytes}, {&y, qBytes}, {&dy, qBytes}, {&dq, qBytes}, {&k, kvBytes}, {&v, kvBytes},
-                      {&dk, kvBytes}, {&dv, kvBytes}, {&ws, wsBytes}}) {
+                      {&dk, kvBytes}, {&dv, kvBytes}, {&ws, wsBytes}, {&stash, stashBytes}}) {
     CHECK_CUDA(cudaMalloc(p, b));
     fillRandom<<<4096, 256>>>(static_cast<uint8_t *>(*p), b, 4);
   }
+  ctx.attentionStash = stash, ctx.attentionStashBytes = stashBytes;
+  const SdpaSource source{q, k, v};
   auto pass = [&] {
-    auto f = cudnnSdpaForward(ctx, sh, (float *)q, (float *)k, (float *)v, (float *)y, ws, wsBytes);
+    auto f = cudnnSdpaForward(ctx, sh, (float *)q, (float *)k, (float *)v, (float *)y, ws, wsBytes, &source);
     auto b = cudnnSdpaBackward(ctx, sh, (float *)dy, (float *)q, (float *)k, (float *)v, (float *)dq, (float *)dk,
-                               (float *)dv, ws, wsBytes);
+                               (float *)dv, ws, wsBytes, &source);
     bool ok = f && *f && b && *b;
     if (!f) llvm::consumeError(f.takeError());
     if (!b) llvm::consumeError(b.takeError());
     return ok;
   };
   double t = 0;
+  const uint64_t stashedBefore = cudnnAttentionStats().stashedBackwardCalls;
   if (pass()) {
+    if (cudnnAttentionStats().stashedBackwardCalls == stashedBefore)
+      std::fprintf(stderr, "megac_profile: the attention backward ran its own forward (the stash was not taken)\n");
     CHECK_CUDA(cudaStreamSynchronize(ctx.stream));
     const int reps = 5;
     double t0 = seconds();
@@ -213,7 +222,8 @@ static double attentionPassSeconds(megac::cuda::GpuContext &ctx, const megac::cu
   } else {
     std::fprintf(stderr, "megac_profile: the cuDNN attention did not run\n");
   }
-  for (void *p : {q, k, v, y, dy, dq, dk, dv, ws}) cudaFree(p);
+  for (void *p : {q, k, v, y, dy, dq, dk, dv, ws, stash}) cudaFree(p);
+  ctx.attentionStash = nullptr, ctx.attentionStashBytes = 0;
   return t;
 }
 

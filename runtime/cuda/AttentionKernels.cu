@@ -465,9 +465,10 @@ llvm::Error attentionKernel(GpuKernelContext &ctx) {
   if (auto e = checkOutput(op, presentV, d.presentValueShape, "present_value")) return e;
   if (auto e = checkOutput(op, qk, d.qkShape, "qk_matmul_output")) return e;
   if (auto s = cudnnShape(ctx, slots, d, true)) {
+    const SdpaSource source{ctx.input(slots.q), ctx.input(slots.k), ctx.input(slots.v)};
     auto ran = cudnnSdpaForward(ctx.gpu, *s, ctx.input(slots.q)->as<const float>(),
                                 ctx.input(slots.k)->as<const float>(), ctx.input(slots.v)->as<const float>(),
-                                y->as<float>(), ctx.workspace, ctx.workspaceBytes);
+                                y->as<float>(), ctx.workspace, ctx.workspaceBytes, &source);
     if (!ran) return gpuKernelError(op, llvm::toString(ran.takeError()));
     if (*ran) return llvm::Error::success();
   }
@@ -593,9 +594,10 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
   if (auto e = checkOutput(op, dv, v.shape, "dV")) return e;
   if (auto e = checkNonpad(op, ctx, slots.nonpad, d)) return e;
   if (auto s = cudnnShape(ctx, slots, d, false)) {
+    const SdpaSource source{&q, &k, &v};
     auto ran = cudnnSdpaBackward(ctx.gpu, *s, dy->as<const float>(), q.as<const float>(), k.as<const float>(),
                                  v.as<const float>(), dq ? dq->as<float>() : nullptr, dk ? dk->as<float>() : nullptr,
-                                 dv ? dv->as<float>() : nullptr, ctx.workspace, ctx.workspaceBytes);
+                                 dv ? dv->as<float>() : nullptr, ctx.workspace, ctx.workspaceBytes, &source);
     if (!ran) return gpuKernelError(op, llvm::toString(ran.takeError()));
     if (*ran) return llvm::Error::success();
   }

@@ -303,22 +303,27 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   }
   arena_ = arenaNeed ? region(plan::DeviceRegion::ARENA, 0, arenaNeed, e) : device_;
   if (e) return e;
-  // The WORKSPACE region: the kernels' scratch, then cuBLASLt's at its end.
+  // The WORKSPACE region: the kernels' scratch, the attention stash, then
+  // cuBLASLt's at its end.
   auto ws = regions_.find({int(plan::DeviceRegion::WORKSPACE), 0});
   int64_t have = ws == regions_.end() ? 0 : ws->second->bytes();
-  if (have >= int64_t(workNeed) + plan::kGemmWorkspaceBytes) {
+  const size_t scratch = (workNeed + 255) / 256 * 256,
+               stash = (size_t(plan::attentionStashBytes(plan_)) + 255) / 256 * 256;
+  const size_t need = scratch + stash + size_t(plan::kGemmWorkspaceBytes);
+  if (have >= int64_t(need)) {
     workspace_ = device_ + ws->second->offset();
-    gpu_.gemmWorkspace = workspace_ + have - plan::kGemmWorkspaceBytes;
-    gpu_.gemmWorkspaceBytes = size_t(plan::kGemmWorkspaceBytes);
   } else {
-    size_t extra = workNeed + size_t(plan::kGemmWorkspaceBytes);
-    MEGAC_CUDA_TRY(cudaMalloc(&extraWorkspace_, extra));
+    MEGAC_CUDA_TRY(cudaMalloc(&extraWorkspace_, need));
     workspace_ = static_cast<uint8_t *>(extraWorkspace_);
-    gpu_.gemmWorkspace = workspace_ + workNeed;
-    gpu_.gemmWorkspaceBytes = size_t(plan::kGemmWorkspaceBytes);
-    llvm::errs() << "megac: warning: the kernels need " << extra << " bytes of scratch; the plan reserved " << have
+    have = int64_t(need);
+    llvm::errs() << "megac: warning: the kernels need " << need << " bytes of scratch; the plan reserved "
+                 << (ws == regions_.end() ? 0 : ws->second->bytes())
                  << " (allocated separately: the GPU peak is that much above the plan's)\n";
   }
+  gpu_.attentionStash = stash ? workspace_ + scratch : nullptr;
+  gpu_.attentionStashBytes = stash;
+  gpu_.gemmWorkspace = workspace_ + have - plan::kGemmWorkspaceBytes;
+  gpu_.gemmWorkspaceBytes = size_t(plan::kGemmWorkspaceBytes);
 
   // Weight layouts, host staging and the pinned master weights.
   for (int u = 0; u < plan_.units_size(); ++u) {

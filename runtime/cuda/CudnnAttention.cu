@@ -123,22 +123,32 @@ struct Buffers {
   void *dnn = nullptr;      // cuDNN's own workspace
 };
 
-Buffers carve(WorkspaceCarver &c, const SdpaShape &s, bool backward, int64_t dnnBytes) {
+// The bf16 copies of Q, K, V and O and the stats: what a forward leaves for
+// its gradient (plan::fusedAttentionStashBytes).
+void carveForwardResidue(WorkspaceCarver &c, const SdpaShape &s, Buffers &b) {
   const int64_t B = s.batch, H = s.qHeads, K = s.kvHeads, S = s.seq, D = s.headDim, Dv = s.vHeadDim;
-  Buffers b;
   b.q = c.take<__nv_bfloat16>(B * H * S * D);
   b.k = c.take<__nv_bfloat16>(B * K * S * D);
   b.v = c.take<__nv_bfloat16>(B * K * S * Dv);
   b.o = c.take<__nv_bfloat16>(B * H * S * Dv);
   b.stats = c.take<float>(B * H * S);
-  if (backward) {
-    b.dO = c.take<__nv_bfloat16>(B * H * S * Dv);
-    b.dq = c.take<__nv_bfloat16>(B * H * S * D);
-    b.dk = c.take<__nv_bfloat16>(B * K * S * D);
-    b.dv = c.take<__nv_bfloat16>(B * K * S * Dv);
-    b.rowSum = c.take<float>(B * H * S);
-    b.dqAccum = c.take<float>(B * H * S * D);
-  }
+}
+
+void carveGradient(WorkspaceCarver &c, const SdpaShape &s, Buffers &b) {
+  const int64_t B = s.batch, H = s.qHeads, K = s.kvHeads, S = s.seq, D = s.headDim, Dv = s.vHeadDim;
+  b.dO = c.take<__nv_bfloat16>(B * H * S * Dv);
+  b.dq = c.take<__nv_bfloat16>(B * H * S * D);
+  b.dk = c.take<__nv_bfloat16>(B * K * S * D);
+  b.dv = c.take<__nv_bfloat16>(B * K * S * Dv);
+  b.rowSum = c.take<float>(B * H * S);
+  b.dqAccum = c.take<float>(B * H * S * D);
+}
+
+// Everything in the workspace, in plan::fusedAttentionWorkspaceBytes's order.
+Buffers carve(WorkspaceCarver &c, const SdpaShape &s, bool backward, int64_t dnnBytes) {
+  Buffers b;
+  carveForwardResidue(c, s, b);
+  if (backward) carveGradient(c, s, b);
   b.dnn = c.take<char>(dnnBytes);
   return b;
 }
@@ -495,7 +505,7 @@ std::map<PlanKey, std::unique_ptr<CachedPlan>> &planCache() {
   return *cache;
 }
 
-std::atomic<uint64_t> forwardCalls{0}, backwardCalls{0};
+std::atomic<uint64_t> forwardCalls{0}, backwardCalls{0}, stashedBackwardCalls{0};
 std::mutex &fallbackMutex() {
   static auto *m = new std::mutex();
   return *m;
@@ -642,20 +652,24 @@ llvm::Error enqueueForward(GpuContext &ctx, const SdpaShape &s, const CachedPlan
   return convert<__nv_bfloat16, float>(ctx.stream, out);
 }
 
-// dY, Q, K, V to bf16, the forward plan for O and the stats (the op gets
-// only dY, Q, K and V), the backward plan, the gradients back to f32.
+// dY (and, without a stashed forward, Q, K, V) to bf16, the forward plan for
+// O and the stats unless stashed (the op gets only dY, Q, K and V), the
+// backward plan, the gradients back to f32.
 llvm::Error enqueueBackward(GpuContext &ctx, const SdpaShape &s, const CachedPlan &fwd, const CachedPlan &bwd,
-                            const Buffers &b, const float *dy, const float *q, const float *k, const float *v,
-                            float *dq, float *dk, float *dv) {
+                            const Buffers &b, bool stashed, const float *dy, const float *q, const float *k,
+                            const float *v, float *dq, float *dk, float *dv) {
   const int64_t B = s.batch, H = s.qHeads, K = s.kvHeads, S = s.seq, D = s.headDim, Dv = s.vHeadDim;
   ConvertBatch in;
-  in.add(q, b.q, B * H * S * D);
-  in.add(k, b.k, B * K * S * D);
-  in.add(v, b.v, B * K * S * Dv);
+  if (!stashed) {
+    in.add(q, b.q, B * H * S * D);
+    in.add(k, b.k, B * K * S * D);
+    in.add(v, b.v, B * K * S * Dv);
+  }
   in.add(dy, b.dO, B * H * S * Dv);
   if (auto e = convert<float, __nv_bfloat16>(ctx.stream, in)) return e;
   Scalars scalars(s);
-  if (auto e = execute(ctx, fwd, forwardArgs(s, b, scalars), b.dnn)) return e;
+  if (!stashed)
+    if (auto e = execute(ctx, fwd, forwardArgs(s, b, scalars), b.dnn)) return e;
   // cuDNN >= 9.6 clears the accumulator itself (cudnn-frontend stopped doing
   // it); clearing it here as well costs little and does not depend on that.
   MEGAC_CUDA_TRY(cudaMemsetAsync(b.dqAccum, 0, size_t(B * H * S * D) * sizeof(float), ctx.stream));
@@ -665,6 +679,20 @@ llvm::Error enqueueBackward(GpuContext &ctx, const SdpaShape &s, const CachedPla
   out.add(b.dk, dk, B * K * S * D);
   out.add(b.dv, dv, B * K * S * Dv);
   return convert<__nv_bfloat16, float>(ctx.stream, out);
+}
+
+std::array<uint64_t, 10> problemOf(const SdpaShape &s) {
+  uint32_t scaleBits = 0;
+  std::memcpy(&scaleBits, &s.scale, sizeof scaleBits);
+  return {uint64_t(s.batch), uint64_t(s.qHeads), uint64_t(s.kvHeads), uint64_t(s.seq), uint64_t(s.headDim),
+          uint64_t(s.vHeadDim), uint64_t(s.bshd), uint64_t(s.causal), scaleBits, 1};
+}
+
+// The stash's residue where a forward of this run left it for `source`, else false.
+bool stashHolds(const GpuContext &ctx, const SdpaShape &s, const SdpaSource *source) {
+  const GpuContext::StashOwner &o = ctx.stashOwner;
+  return source && ctx.attentionStash && o.run == ctx.programRun && o.q == source->q && o.k == source->k &&
+         o.v == source->v && o.problem == problemOf(s);
 }
 
 } // namespace
@@ -684,28 +712,48 @@ size_t cudnnSdpaWorkspace(GpuContext &ctx, const SdpaShape &s, bool backward) {
 }
 
 llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const float *q, const float *k,
-                                      const float *v, float *y, void *workspace, size_t workspaceBytes) {
+                                      const float *v, float *y, void *workspace, size_t workspaceBytes,
+                                      const SdpaSource *source) {
   const CachedPlan *fwd = nullptr, *bwd = nullptr;
   if (!plansFor(ctx, s, false, &fwd, &bwd)) return false;
-  WorkspaceCarver c(workspace);
-  const Buffers b = carve(c, s, false, dnnWorkspace(fwd, bwd));
-  if (!fits(fwd, s, false, c.used(), workspaceBytes)) return false;
+  Buffers b;
+  WorkspaceCarver residue(ctx.attentionStash), scratch(workspace);
+  carveForwardResidue(residue, s, b);
+  const bool stash = source && ctx.attentionStash && residue.used() <= ctx.attentionStashBytes;
+  if (stash) {
+    b.dnn = scratch.take<char>(dnnWorkspace(fwd, bwd));
+  } else {
+    scratch = WorkspaceCarver(workspace);
+    b = carve(scratch, s, false, dnnWorkspace(fwd, bwd));
+  }
+  if (!fits(fwd, s, false, scratch.used(), workspaceBytes)) return false;
   if (llvm::Error e = enqueueForward(ctx, s, *fwd, b, q, k, v, y)) return llvm::Expected<bool>(std::move(e));
+  if (stash) ctx.stashOwner = {ctx.programRun, source->q, source->k, source->v, problemOf(s)};
   ++forwardCalls;
   return true;
 }
 
 llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, const float *dy, const float *q,
                                        const float *k, const float *v, float *dq, float *dk, float *dv,
-                                       void *workspace, size_t workspaceBytes) {
+                                       void *workspace, size_t workspaceBytes, const SdpaSource *source) {
   const CachedPlan *fwd = nullptr, *bwd = nullptr;
   if (!plansFor(ctx, s, true, &fwd, &bwd)) return false;
-  WorkspaceCarver c(workspace);
-  const Buffers b = carve(c, s, true, dnnWorkspace(fwd, bwd));
-  if (!fits(bwd, s, true, c.used(), workspaceBytes)) return false;
-  if (llvm::Error e = enqueueBackward(ctx, s, *fwd, *bwd, b, dy, q, k, v, dq, dk, dv))
+  const bool stashed = stashHolds(ctx, s, source);
+  Buffers b;
+  WorkspaceCarver scratch(workspace);
+  if (stashed) {
+    WorkspaceCarver residue(ctx.attentionStash);
+    carveForwardResidue(residue, s, b);
+    carveGradient(scratch, s, b);
+    b.dnn = scratch.take<char>(dnnWorkspace(fwd, bwd));
+  } else {
+    b = carve(scratch, s, true, dnnWorkspace(fwd, bwd));
+  }
+  if (!fits(bwd, s, true, scratch.used(), workspaceBytes)) return false;
+  if (llvm::Error e = enqueueBackward(ctx, s, *fwd, *bwd, b, stashed, dy, q, k, v, dq, dk, dv))
     return llvm::Expected<bool>(std::move(e));
   ++backwardCalls;
+  if (stashed) ++stashedBackwardCalls;
   return true;
 }
 
@@ -713,6 +761,7 @@ CudnnAttentionStats cudnnAttentionStats() {
   CudnnAttentionStats st;
   st.forwardCalls = forwardCalls.load();
   st.backwardCalls = backwardCalls.load();
+  st.stashedBackwardCalls = stashedBackwardCalls.load();
   std::lock_guard<std::mutex> lock(fallbackMutex());
   st.lastFallback = lastFallback();
   return st;
@@ -751,11 +800,11 @@ bool cudnnAttentionBuiltIn() { return false; }
 std::string cudnnSdpaShapeProblem(const SdpaShape &) { return "megac was built without cuDNN"; }
 size_t cudnnSdpaWorkspace(GpuContext &, const SdpaShape &, bool) { return 0; }
 llvm::Expected<bool> cudnnSdpaForward(GpuContext &, const SdpaShape &, const float *, const float *, const float *,
-                                      float *, void *, size_t) {
+                                      float *, void *, size_t, const SdpaSource *) {
   return false;
 }
 llvm::Expected<bool> cudnnSdpaBackward(GpuContext &, const SdpaShape &, const float *, const float *, const float *,
-                                       const float *, float *, float *, float *, void *, size_t) {
+                                       const float *, float *, float *, float *, void *, size_t, const SdpaSource *) {
   return false;
 }
 CudnnAttentionStats cudnnAttentionStats() { return {}; }

@@ -46,23 +46,36 @@ std::string cudnnSdpaShapeProblem(const SdpaShape &s);
 // cudnnAttentionStats().lastFallback and, once, to stderr).
 size_t cudnnSdpaWorkspace(GpuContext &ctx, const SdpaShape &s, bool backward);
 
+// Which values of a program run Q, K and V are (their DeviceTensors in that
+// run: GpuKernelContext::input): a forward and a gradient of the same three
+// share the forward's residue through ctx.attentionStash.
+struct SdpaSource {
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+};
+
 // Y = softmax(scale Q K^T [+ causal mask]) V on ctx.stream. Returns false
 // without touching the outputs where the cuDNN path cannot run this problem
 // (see cudnnSdpaWorkspace) or the workspace is smaller than it needs; the
-// caller then computes it another way.
+// caller then computes it another way. With a source and a stash that holds
+// them (plan::fusedAttentionStashBytes), the bf16 Q, K, V, O and the softmax
+// stats stay there for the gradient of the same run.
 llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const float *q, const float *k,
-                                      const float *v, float *y, void *workspace, size_t workspaceBytes);
+                                      const float *v, float *y, void *workspace, size_t workspaceBytes,
+                                      const SdpaSource *source = nullptr);
 
-// dQ, dK, dV from dY (any of the three may be null: not wanted). The forward
-// is recomputed for the output and stats cuDNN's backward needs. dK and dV
-// are summed over each kv head's group of q heads. Same contract as above.
+// dQ, dK, dV from dY (any of the three may be null: not wanted). cuDNN's
+// backward needs the forward's output and stats: the stash's, where the last
+// forward of this run was of the same source and problem, else recomputed
+// here. dK and dV are summed over each kv head's group of q heads. Same
+// contract as above.
 llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, const float *dy, const float *q,
                                        const float *k, const float *v, float *dq, float *dk, float *dv,
-                                       void *workspace, size_t workspaceBytes);
+                                       void *workspace, size_t workspaceBytes, const SdpaSource *source = nullptr);
 
 // What went through cuDNN in this process (for tests and diagnostics).
 struct CudnnAttentionStats {
   uint64_t forwardCalls = 0, backwardCalls = 0; // cuDNN executions that were enqueued
+  uint64_t stashedBackwardCalls = 0;             // of the backward ones: on a stashed forward
   std::string lastFallback;                     // why cuDNN last declined a problem it was offered
 };
 CudnnAttentionStats cudnnAttentionStats();

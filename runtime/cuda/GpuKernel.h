@@ -19,6 +19,7 @@
 typedef struct cudnnContext *cudnnHandle_t; // as cudnn_graph.h declares it
 #endif
 
+#include <array>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,18 @@ struct GpuContext {
   ComputeMode mode = ComputeMode::BF16;
   OpTimer *timer = nullptr; // --op-profile: GpuProgram times each op
   cudnnHandle_t dnn = nullptr; // bf16 attention through cuDNN; null: never used
+  // Where the bf16 attention's fused forward leaves its bf16 Q, K, V, O and
+  // softmax stats, past the kernels' scratch, for the gradient of the same
+  // program run (CudnnAttention.h); null: nowhere, each gradient runs its own
+  // forward. `stashOwner` says which forward left them.
+  void *attentionStash = nullptr;
+  size_t attentionStashBytes = 0;
+  uint64_t programRun = 0; // GpuProgram::run counts its runs here
+  struct StashOwner {
+    uint64_t run = 0;
+    const void *q = nullptr, *k = nullptr, *v = nullptr; // the op's input identities in that run
+    std::array<uint64_t, 10> problem{};
+  } stashOwner;
 };
 
 // Creates ctx.dnn where megac was built with cuDNN (else leaves it null);

@@ -135,6 +135,7 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
     else env[i].data = nullptr;
   }
   for (size_t i = 0; i < args.size(); ++i) env[size_t(arguments_[i])].data = args[i];
+  ++ctx.programRun; // env's tensors identify this run's values to the kernels (the attention stash)
   for (const Op &op : ops_) {
     GpuKernelContext kc{op.attrs, ctx, {}, {}, {}};
     kc.inputs.reserve(op.inputs.size());

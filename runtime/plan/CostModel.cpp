@@ -48,8 +48,9 @@ static const Program::Value *valueAt(const Program &p, int32_t id) {
 // and runs four more products (dV, dP, dQ, dK): 2*Skv*(3D + 2Dv). Causal
 // masking halves both (a fused kernel skips the masked blocks). Elements: Q's
 // (B Hq Sq D), once for the forward and twice for the gradient: what the work
-// beyond the flops (conversions, the backward's own forward, dQ's
-// accumulator) grows with.
+// beyond the flops (conversions, dQ's accumulator) grows with. A gradient
+// whose unit keeps its activations runs its own forward as well (no
+// recomputed forward leaves it one): not counted.
 static llvm::Error attentionWork(const Program &p, const Program::Op &op, ProgramWork &w) {
   bool grad = op.type() == "megac.AttentionGrad";
   int first = grad ? 1 : 0;

@@ -25,15 +25,17 @@ int64_t cudnnOwnWorkspaceBudget(int64_t batch, int64_t qHeads, int64_t seq, int6
   return (grad ? 4 * batch * qHeads * seq * headDim : 0) + (int64_t(1) << 20);
 }
 
+static int64_t aligned(int64_t n) { return (std::max<int64_t>(n, 0) + 255) / 256 * 256; }
+
+int64_t fusedAttentionStashBytes(int64_t B, int64_t H, int64_t KVH, int64_t S, int64_t D, int64_t Dv) {
+  return aligned(2 * B * H * S * D) + aligned(2 * B * KVH * S * D) + aligned(2 * B * KVH * S * Dv) + // Q, K, V
+         aligned(2 * B * H * S * Dv) + aligned(4 * B * H * S);                                      // Y, stats
+}
+
 int64_t fusedAttentionWorkspaceBytes(int64_t B, int64_t H, int64_t KVH, int64_t S, int64_t D, int64_t Dv, bool grad,
                                      int64_t cudnnBytes) {
-  int64_t bytes = 0;
-  auto take = [&](int64_t n) { bytes += (std::max<int64_t>(n, 0) + 255) / 256 * 256; };
-  take(2 * B * H * S * D);   // Q
-  take(2 * B * KVH * S * D); // K
-  take(2 * B * KVH * S * Dv); // V
-  take(2 * B * H * S * Dv);  // Y
-  take(4 * B * H * S);       // softmax stats
+  int64_t bytes = fusedAttentionStashBytes(B, H, KVH, S, D, Dv);
+  auto take = [&](int64_t n) { bytes += aligned(n); };
   if (grad) {
     take(2 * B * H * S * Dv);  // dY
     take(2 * B * H * S * D);   // dQ

@@ -42,4 +42,11 @@ int64_t cudnnOwnWorkspaceBudget(int64_t batch, int64_t qHeads, int64_t seq, int6
 int64_t fusedAttentionWorkspaceBytes(int64_t batch, int64_t qHeads, int64_t kvHeads, int64_t seq, int64_t headDim,
                                      int64_t vHeadDim, bool grad, int64_t cudnnBytes = -1);
 
+// Its first five pieces (bf16 Q, K, V, Y and the stats): what a fused forward
+// leaves in the stash, an area of the WORKSPACE region past the kernels'
+// scratch, for the gradient of the same program run, which then skips its
+// own forward (a unit's recomputed forward, then its gradient).
+int64_t fusedAttentionStashBytes(int64_t batch, int64_t qHeads, int64_t kvHeads, int64_t seq, int64_t headDim,
+                                 int64_t vHeadDim);
+
 } // namespace megac::plan

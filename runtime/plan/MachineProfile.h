@@ -29,14 +29,14 @@ struct MachineProfile {
   // attention_bf16_tflops (optional): what megac's bf16 attention (cuDNN's
   // fused SDPA, with its fp32<->bf16 conversions) achieves forward plus
   // backward, in the cost model's attention flops (CostModel.cpp), at long
-  // sequences (see attention_bf16_ps_per_elem): 497 on the H200.
-  double attentionBf16Tflops = 497.1;
+  // sequences (see attention_bf16_ps_per_elem): 631 on the H200.
+  double attentionBf16Tflops = 631.4;
   // attention_bf16_ps_per_elem (optional): what that attention's forward
-  // plus backward takes beyond its flops at attention_bf16_tflops, per
-  // element of Q ([B, Hq, S, D]): conversions, the backward's own forward,
+  // plus backward (on the forward's stashed residue) takes beyond its flops
+  // at attention_bf16_tflops, per element of Q ([B, Hq, S, D]): conversions,
   // dQ's accumulator. Without it (0), the rate is one shape's, overhead
   // included (203 on the H200 at batch 4 x seq 4096: 50% slow at seq 32768).
-  double attentionBf16PsPerElem = 82.76;
+  double attentionBf16PsPerElem = 63.38;
   // cpu_adamw_under_dma_params_per_s and pcie_both_under_adamw_gbps
   // (optional; 0: not measured): the CPU AdamW and both-way pinned copies
   // measured running at once, as the backward runs them. They share the

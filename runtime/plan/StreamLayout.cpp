@@ -48,8 +48,9 @@ ConstantsLayout constantsLayout(const Plan &p) {
   return l;
 }
 
-int64_t attentionWorkspaceBytes(const Program &p, bool bf16) {
-  int64_t most = 0;
+// Calls fn(dims, grad, plain) for each Attention and megac.AttentionGrad of
+// p whose dims are known; `plain` as plan::runsFused takes it.
+template <class F> static void forEachAttention(const Program &p, F fn) {
   for (const Program::Op &op : p.ops()) {
     size_t q;
     if (op.type() == "Attention") q = 0;
@@ -92,17 +93,36 @@ int64_t attentionWorkspaceBytes(const Program &p, bool bf16) {
     bool plain = f32(int(q)) && f32(int(q) + 1) && f32(int(q) + 2) && (!grad || f32(0));
     for (int i = int(q) + 3; i < op.inputs_size(); ++i) plain &= !present(i);
     for (int i = 1; !grad && i < op.outputs_size(); ++i) plain &= op.outputs(i) < 0;
+    fn(*d, grad, plain);
+  }
+}
+
+int64_t attentionWorkspaceBytes(const Program &p, bool bf16) {
+  int64_t most = 0;
+  forEachAttention(p, [&](const cpu::AttentionDims &d, bool grad, bool plain) {
     int64_t bytes;
-    if (bf16 && runsFused(*d, plain)) {
-      bytes = fusedAttentionWorkspaceBytes(d->batch, d->qHeads, d->kvHeads, d->qSeq, d->headSize, d->vHeadSize, grad);
+    if (bf16 && runsFused(d, plain)) {
+      bytes = fusedAttentionWorkspaceBytes(d.batch, d.qHeads, d.kvHeads, d.qSeq, d.headSize, d.vHeadSize, grad);
     } else {
-      bytes = (grad ? 2 : 1) * 4 * d->batch * d->qHeads * d->qSeq * d->totalSeq;
+      bytes = (grad ? 2 : 1) * 4 * d.batch * d.qHeads * d.qSeq * d.totalSeq;
       if (bf16)
-        bytes += attentionPackBytes(d->batch, d->qHeads, d->kvHeads, d->qSeq, d->totalSeq, d->headSize,
-                                    d->vHeadSize, grad);
+        bytes += attentionPackBytes(d.batch, d.qHeads, d.kvHeads, d.qSeq, d.totalSeq, d.headSize, d.vHeadSize, grad);
     }
     most = std::max(most, bytes);
-  }
+  });
+  return most;
+}
+
+int64_t attentionStashBytes(const Plan &p) {
+  if (p.compute() != "bf16") return 0;
+  int64_t most = 0;
+  for (const Template &t : p.templates())
+    for (const Program *prog : templatePrograms(t))
+      forEachAttention(*prog, [&](const cpu::AttentionDims &d, bool, bool plain) {
+        if (runsFused(d, plain))
+          most = std::max(most, fusedAttentionStashBytes(d.batch, d.qHeads, d.kvHeads, d.qSeq, d.headSize,
+                                                         d.vHeadSize));
+      });
   return most;
 }
 
@@ -170,7 +190,7 @@ int64_t workspaceBudgetBytes(const Plan &p) {
       if (bf16) most = std::max(most, gemmPackBytes(*prog));
     }
   }
-  return alignUp(most) + kGemmWorkspaceBytes;
+  return alignUp(most) + alignUp(attentionStashBytes(p)) + kGemmWorkspaceBytes;
 }
 
 std::string slotEventName(char slotKind, int slot, bool ready) {

@@ -40,14 +40,18 @@ ConstantsLayout constantsLayout(const Plan &p);
 // The kernels' scratch (the WORKSPACE region): a budget, from shapes. The
 // largest of: each Attention op's (attentionWorkspaceBytes), the fused loss's,
 // in bf16 plans the bf16 copies of the largest MatMul/Gemm's two operands;
-// plus 32 MiB for cuBLASLt. The runtime sizes its kernels' scratch itself and
-// allocates beyond the region, with a warning, where they need more.
+// then the attention stash (attentionStashBytes) and 32 MiB for cuBLASLt.
+// The runtime sizes its kernels' scratch itself and allocates beyond the
+// region, with a warning, where they need more.
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 // The largest Attention/megac.AttentionGrad scratch of one program, 0 without
 // attention. On materialized scores: the fp32 score matrix [B, H, Sq, Skv],
 // twice for the gradient, and in bf16 plans attentionPackBytes. Where a bf16
 // plan runs it fused (plan::runsFused): plan::fusedAttentionWorkspaceBytes.
 int64_t attentionWorkspaceBytes(const Program &p, bool bf16);
+// Where bf16 plans run attention fused: the largest such op's
+// plan::fusedAttentionStashBytes, else 0.
+int64_t attentionStashBytes(const Plan &p);
 // The scratch holding bf16 copies of operands of elemsA and elemsB elements
 // (each copy 256-byte aligned): what the runtime's products ask to pack
 // their operands in bf16 plans. Every product is packed, however small, so

@@ -268,4 +268,72 @@ TEST(CudnnAttentionGpu, WorkspaceSizes) {
   }
 }
 
+// A gradient after a forward of the same Q, K, V in the same program run
+// takes the forward's bf16 copies, O and stats from the stash instead of
+// running its own forward: the same computation, so the same bits. Another
+// source, or another run, runs its own.
+TEST(CudnnAttentionGpu, GradientTakesTheStashedForward) {
+  REQUIRE_CUDNN();
+  cuda::GpuContext &ctx = gpu().get();
+  ctx.mode = ComputeMode::BF16;
+  Problem p;
+  p.causal = true, p.S = 256;
+  cuda::SdpaShape s;
+  s.batch = p.B, s.qHeads = p.H, s.kvHeads = p.KVH, s.seq = p.S, s.headDim = s.vHeadDim = p.D;
+  s.causal = true, s.scale = 1.0f / std::sqrt(float(p.D));
+  const size_t qn = size_t(p.B * p.H * p.S * p.D), kvn = size_t(p.B * p.KVH * p.S * p.D);
+  const size_t wsBytes = cuda::cudnnSdpaWorkspace(ctx, s, true);
+  const size_t stashBytes = size_t(plan::fusedAttentionStashBytes(p.B, p.H, p.KVH, p.S, p.D, p.D));
+  ASSERT_GT(wsBytes, 0u);
+  std::vector<void *> owned;
+  auto device = [&](size_t bytes) {
+    void *d = nullptr;
+    EXPECT_EQ(cudaMalloc(&d, bytes), cudaSuccess);
+    owned.push_back(d);
+    return d;
+  };
+  auto upload = [&](const Tensor &t) {
+    void *d = device(t.nbytes());
+    EXPECT_EQ(cudaMemcpy(d, t.raw(), t.nbytes(), cudaMemcpyHostToDevice), cudaSuccess);
+    return static_cast<float *>(d);
+  };
+  float *q = upload(randomTensor({int64_t(qn)}, 11)), *k = upload(randomTensor({int64_t(kvn)}, 12)),
+        *v = upload(randomTensor({int64_t(kvn)}, 13)), *dy = upload(randomTensor({int64_t(qn)}, 14));
+  float *y = static_cast<float *>(device(qn * 4));
+  void *ws = device(wsBytes), *stash = device(stashBytes);
+  auto grads = [&](const cuda::SdpaSource *source) {
+    std::vector<float> out(qn + 2 * kvn);
+    float *dq = static_cast<float *>(device(qn * 4)), *dk = static_cast<float *>(device(kvn * 4)),
+          *dv = static_cast<float *>(device(kvn * 4));
+    auto ran = cuda::cudnnSdpaBackward(ctx, s, dy, q, k, v, dq, dk, dv, ws, wsBytes, source);
+    EXPECT_TRUE(ran && *ran);
+    if (!ran) llvm::consumeError(ran.takeError());
+    EXPECT_EQ(cudaStreamSynchronize(ctx.stream), cudaSuccess);
+    cudaMemcpy(out.data(), dq, qn * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(out.data() + qn, dk, kvn * 4, cudaMemcpyDeviceToHost);
+    cudaMemcpy(out.data() + qn + kvn, dv, kvn * 4, cudaMemcpyDeviceToHost);
+    return out;
+  };
+  auto stashed = [] { return cuda::cudnnAttentionStats().stashedBackwardCalls; };
+
+  const std::vector<float> own = grads(nullptr); // no stash: its own forward
+  ctx.attentionStash = stash, ctx.attentionStashBytes = stashBytes;
+  ++ctx.programRun;
+  int tq = 0, tk = 0, tv = 0, other = 0; // the identities of a run's values
+  const cuda::SdpaSource source{&tq, &tk, &tv}, otherK{&tq, &other, &tv};
+  auto fwd = cuda::cudnnSdpaForward(ctx, s, q, k, v, y, ws, wsBytes, &source);
+  ASSERT_TRUE(fwd && *fwd);
+  uint64_t before = stashed();
+  EXPECT_EQ(grads(&source), own);
+  EXPECT_EQ(stashed(), before + 1) << "the gradient ran its own forward";
+  before = stashed();
+  EXPECT_EQ(grads(&otherK), own);
+  EXPECT_EQ(stashed(), before) << "another K took the stash";
+  ++ctx.programRun;
+  EXPECT_EQ(grads(&source), own);
+  EXPECT_EQ(stashed(), before) << "a later run took the stash";
+  ctx.attentionStash = nullptr, ctx.attentionStashBytes = 0;
+  for (void *d : owned) cudaFree(d);
+}
+
 } // namespace

@@ -3,6 +3,7 @@
 #include "../unit/FixtureTestUtil.h"
 #include "codegen/Compile.h"
 #include "runtime/cuda/CudaTrainer.h"
+#include "runtime/cuda/CudnnAttention.h"
 #include "runtime/train/AdamW.h"
 #include "runtime/train/Weights.h"
 
@@ -234,5 +235,37 @@ TEST_P(GpuTrainBf16, GradientsNearTheFp32Backend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTrainBf16, ::testing::ValuesIn(kFixtures));
+
+// From seq 64 on, bf16 attention runs fused (cuDNN), and each layer's
+// gradient takes its recomputed forward's residue from the stash instead of
+// running a third forward; with every unit keeping its activations there is
+// no recomputed forward, so none does. Either way the gradients stay near the
+// fp32 CPU backend's, as GradientsNearTheFp32Backend holds them.
+TEST(GpuTrainFusedAttention, GradientTakesTheRecomputedForwardFromTheStash) {
+  if (!cuda::cudnnAttentionBuiltIn()) GTEST_SKIP() << "megac was built without cuDNN";
+  const int64_t seq = 64;
+  std::vector<int64_t> ids(size_t(2 * seq)), next(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 37 + 11) % 256), next[i] = int64_t((i * 53 + 5) % 256);
+  const Tensor x = Tensor::fromVector(DType::I64, {2, seq}, ids), t = Tensor::fromVector(DType::I64, {2, seq}, next);
+  for (codegen::Recompute r : {codegen::Recompute::All, codegen::Recompute::None}) {
+    plan::Plan p = compileFixturePlan("llama", "bf16", r, seq);
+    ASSERT_GT(p.units_size(), 0);
+    auto cpu = cpuTrainer(p), gpu = gpuTrainer(p);
+    ASSERT_TRUE(cpu && gpu);
+    std::vector<float> gc(size_t(cpu->hostParamElements()), 0.0f), gg(gc.size(), 0.0f);
+    auto lc = cpu->forwardBackward(x, t, 1.0f, &gc, 0.0f);
+    const cuda::CudnnAttentionStats before = cuda::cudnnAttentionStats();
+    auto lg = gpu->forwardBackward(x, t, 1.0f, &gg, 0.0f);
+    const cuda::CudnnAttentionStats after = cuda::cudnnAttentionStats();
+    ASSERT_TRUE(bool(lc)) << llvm::toString(lc.takeError());
+    ASSERT_TRUE(bool(lg)) << llvm::toString(lg.takeError());
+    const bool keeps = r == codegen::Recompute::None;
+    EXPECT_EQ(after.backwardCalls - before.backwardCalls, 2u) << "the two layers' gradients ran through cuDNN";
+    EXPECT_EQ(after.stashedBackwardCalls - before.stashedBackwardCalls, keeps ? 0u : 2u);
+    EXPECT_LT(std::abs(*lg - *lc) / std::abs(*lc), 1e-2);
+    for (const plan::Parameter &pp : p.parameters())
+      EXPECT_LT(paramError(gg, gc, pp), 5e-2) << "bf16 gradient of " << pp.name() << (keeps ? " (kept)" : "");
+  }
+}
 
 } // namespace

@@ -122,10 +122,10 @@ inline void expectSameValuesOnRandomInputs(ir::Graph &before, ir::Graph &after, 
 // Compiles a fixture at the reference batch (2 x 16) with the fixtures'
 // optimizer: AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1).
 inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16",
-                                     codegen::Recompute recompute = codegen::Recompute::All) {
+                                     codegen::Recompute recompute = codegen::Recompute::All, int64_t seq = 16) {
   frontend::ImportOptions io;
   io.batch = 2;
-  io.seq = 16;
+  io.seq = seq;
   codegen::CodegenOptions co;
   co.compute = compute;
   co.schedule.recompute = recompute;

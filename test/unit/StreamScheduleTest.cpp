@@ -235,6 +235,15 @@ TEST(StreamSchedule, FusedAttentionIsBudgetedItsOwnWorkspace) {
       ++checked;
     }
   if (checked == 0) GTEST_SKIP() << "llama_op23 has no Attention op";
+  // bf16 plans also hold the forward's residue for the gradient: bf16 Q, K,
+  // V, Y (4 x 64 KiB) and the stats (8 KiB), past the kernels' scratch.
+  EXPECT_EQ(plan::attentionStashBytes(*p), 0) << "an " << p->compute() << " plan";
+  plan::Plan bf16 = *p;
+  bf16.set_compute("bf16");
+  EXPECT_EQ(plan::attentionStashBytes(bf16), 4 * 65536 + 8192);
+  EXPECT_EQ(plan::fusedAttentionStashBytes(2, 4, 4, 256, 16, 16), 4 * 65536 + 8192);
+  EXPECT_GE(plan::workspaceBudgetBytes(bf16),
+            plan::fusedAttentionWorkspaceBytes(2, 4, 4, 256, 16, 16, true) + 4 * 65536 + 8192 + (32 << 20));
   // bf16 copies of Q, K, V, Y, dY, dQ, dK, dV (8 x 64 KiB), the stats and
   // row sums (2 x 8 KiB), the fp32 dQ accumulator (128 KiB) and cuDNN's own
   // (one more such accumulator, 1 MiB spare): 1.8 MiB, against 4 MiB of scores.
