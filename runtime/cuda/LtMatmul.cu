@@ -8,12 +8,15 @@
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/plan/StreamLayout.h"
 
+#include "llvm/Support/raw_ostream.h"
+
 #include <cuda_bf16.h>
 
 #include <algorithm>
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <tuple>
 #include <type_traits>
 #include <unordered_map>
@@ -317,6 +320,19 @@ __global__ void packBf16x4Kernel(__nv_bfloat162 *dst, const float4 *src, int64_t
   }
 }
 
+// The bf16 mode packs every product's operands to bf16; where it cannot, the
+// product runs on the fp32 operands under FAST_16BF, where rounding to bf16
+// is cuBLASLt's choice, at about half the rate: said once per shape.
+void noteFp32Operands(const LtGemm &g, const char *why) {
+  static std::mutex mutex;
+  static std::set<std::tuple<int64_t, int64_t, int64_t, int64_t>> noted;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (noted.insert({g.m, g.n, g.k, g.batch}).second)
+    llvm::errs() << "megac: note: in the bf16 mode a " << g.m << "x" << g.n << "x" << g.k << " product (batch "
+                 << g.batch << ") runs on its fp32 operands (cuBLASLt's FAST_16BF, about half the rate): " << why
+                 << "\n";
+}
+
 llvm::Error packBf16(GpuContext &ctx, __nv_bfloat16 *dst, const float *src, const Stored &m) {
   const int64_t total = m.packedElems();
   if (total == 0) return llvm::Error::success();
@@ -366,6 +382,8 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
     op.ldb = sb.cols, op.strideB = sb.stride == 0 ? 0 : sb.rows * sb.cols;
     a = pa, b = pb;
     bf16 = true;
+  } else if (ctx.mode == ComputeMode::BF16) {
+    noteFp32Operands(g, g.scratch ? "its scratch cannot hold their bf16 copies" : "it was given no scratch for them");
   }
   const size_t opBytes = bf16 ? 2 : 4;
   for (int64_t first = 0; first < g.batch; first += kMaxBatchPerCall) {
@@ -378,6 +396,7 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
     if (!ran) return ran.takeError();
     if (*ran) continue;
     // No bf16 algorithm for this shape: the fp32 operands as given.
+    noteFp32Operands(g, "cuBLASLt has no bf16 algorithm for it");
     LtGemm plain = g;
     plain.batch = chunk.batch;
     plain.c = chunk.c;
