@@ -727,6 +727,7 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
     b = carve(scratch, s, false, dnnWorkspace(fwd, bwd));
   }
   if (!fits(fwd, s, false, scratch.used(), workspaceBytes)) return false;
+  if (stash) ctx.stashOwner = {}; // overwritten from here on
   if (llvm::Error e = enqueueForward(ctx, s, *fwd, b, q, k, v, y)) return llvm::Expected<bool>(std::move(e));
   if (stash) ctx.stashOwner = {ctx.programRun, source->q, source->k, source->v, problemOf(s)};
   ++forwardCalls;
