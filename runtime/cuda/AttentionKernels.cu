@@ -150,32 +150,41 @@ struct SoftmaxArgs {
   float *qk = nullptr;           // optional qk_matmul_output [rows, T]
   int qkMode = 0;
   int64_t rows = 0, T = 0, qSeq = 0, heads = 0;
+  // A chunk of the stacked rows (chunkRows of each unit's unitRows, from
+  // rowBegin on): row r of the buffers is row (r / chunkRows) * unitRows +
+  // rowBegin + r % chunkRows of the whole [B * H * qSeq] (qk's rows).
+  int64_t chunkRows = 0, unitRows = 0, rowBegin = 0; // chunkRows 0: the whole
   float softcap = 0.0f;
   BiasParams bias;
 };
+
+__device__ int64_t wholeRow(const SoftmaxArgs &a, int64_t row) {
+  return a.chunkRows == 0 ? row : row / a.chunkRows * a.unitRows + a.rowBegin + row % a.chunkRows;
+}
 
 // P = softmax(softcap(S) + bias) per row, online max/sum in the first pass.
 template <int TPR> __global__ void attentionSoftmaxKernel(SoftmaxArgs a) {
   constexpr int RPB = rowsPerBlock<TPR>();
   const int lane = threadIdx.x;
   for (int64_t row = int64_t(blockIdx.x) * RPB + threadIdx.y; row < a.rows; row += int64_t(gridDim.x) * RPB) {
-    const int64_t b = row / (a.heads * a.qSeq), h = (row / a.qSeq) % a.heads, i = row % a.qSeq;
+    const int64_t whole = wholeRow(a, row);
+    const int64_t b = whole / (a.heads * a.qSeq), h = (whole / a.qSeq) % a.heads, i = whole % a.qSeq;
     const RowBias rb = rowBias(a.bias, b, h, i, a.qSeq, a.T);
-    const int64_t base = row * a.T;
+    const int64_t base = row * a.T, qkBase = whole * a.T;
     const float *in = a.scores + base;
     float *out = a.probs + base;
     float m = kNegInf, l = 0.0f;
     for (int64_t j = lane; j < a.T; j += TPR) {
       float s = in[j];
-      if (a.qk && a.qkMode == 0) a.qk[base + j] = s;
+      if (a.qk && a.qkMode == 0) a.qk[qkBase + j] = s;
       if (a.softcap > 0.0f) {
         const float t = tanhf(s / a.softcap);
         if (a.tanhOut) a.tanhOut[base + j] = t;
         s = a.softcap * t;
       }
-      if (a.qk && a.qkMode == 1) a.qk[base + j] = s;
+      if (a.qk && a.qkMode == 1) a.qk[qkBase + j] = s;
       s += biasAt(a.bias, rb, j);
-      if (a.qk && a.qkMode == 2) a.qk[base + j] = s;
+      if (a.qk && a.qkMode == 2) a.qk[qkBase + j] = s;
       out[j] = s;
       if (s == kNegInf) continue;
       if (s > m) {
@@ -190,7 +199,7 @@ template <int TPR> __global__ void attentionSoftmaxKernel(SoftmaxArgs a) {
     for (int64_t j = lane; j < a.T; j += TPR) {
       const float p = m == kNegInf ? 0.0f : expf(out[j] - m) * inv;
       out[j] = p;
-      if (a.qk && a.qkMode == 3) a.qk[base + j] = p;
+      if (a.qk && a.qkMode == 3) a.qk[qkBase + j] = p;
     }
   }
 }
@@ -376,18 +385,26 @@ std::optional<SdpaShape> cudnnShape(const GpuKernelContext &ctx, const InputSlot
 
 // --- Attention ---
 
+// The rows of each (batch, kv head) unit the materialized path takes at
+// once (plan::attentionChunkRows), with `matrices` score matrices.
+int64_t chunkRowsFor(const AttentionDims &d, int64_t matrices) {
+  return plan::attentionChunkRows(d.batch * d.kvHeads, (d.qHeads / d.kvHeads) * d.qSeq, d.totalSeq, matrices);
+}
+int64_t gradMatrices(const AttentionDims &d) { return 2 + (d.softcap > 0); }
+
 struct ForwardBuffers {
-  float *scores, *q, *k, *v, *y;
+  float *scores, *q, *k, *v, *y; // scores: one chunk, [B * KVH, rows, T]
   void *pack; // the bf16 mode's operand copies (plan::attentionPackBytes)
   size_t packBytes;
+  int64_t rows; // per unit and chunk
 };
 
 // The bf16 mode packs every product's operands, as the MatMul kernels do:
 // the op's own area holds what does not go in a free score matrix
-// (plan::attentionPackBytes).
-size_t packBytesFor(const GpuKernelContext &ctx, const AttentionDims &d, bool grad) {
+// (plan::attentionPackBytes, of one chunk).
+size_t packBytesFor(const GpuKernelContext &ctx, const AttentionDims &d, bool grad, int64_t rows) {
   if (ctx.gpu.mode != ComputeMode::BF16) return 0;
-  return size_t(plan::attentionPackBytes(d.batch, d.qHeads, d.kvHeads, d.qSeq, d.totalSeq, d.headSize, d.vHeadSize,
+  return size_t(plan::attentionPackBytes(d.batch, d.kvHeads, d.kvHeads, rows, d.totalSeq, d.headSize, d.vHeadSize,
                                          grad));
 }
 
@@ -401,19 +418,22 @@ void packIn(LtGemm &g, int64_t elemsA, int64_t elemsB, float *spare, int64_t spa
     g.scratch = own, g.scratchBytes = ownBytes;
 }
 
-// Scores always; packed Q and Y for 3-D inputs; packed K/V for 3-D inputs or
-// a past cache (present_key/present_value are used instead when requested,
-// but the space is reserved regardless so the size does not depend on them).
-ForwardBuffers carveForward(WorkspaceCarver &c, const AttentionDims &d, size_t packBytes) {
+// In plan::materializedAttentionBytes's order: one chunk's scores; packed Q
+// and Y for 3-D inputs; packed K/V for 3-D inputs or a past cache
+// (present_key/present_value are used instead when requested, but the space
+// is reserved regardless so the size does not depend on them); the bf16
+// copies.
+ForwardBuffers carveForward(WorkspaceCarver &c, const GpuKernelContext &ctx, const AttentionDims &d) {
   const bool packKV = d.is3D || d.pastSeq > 0;
   ForwardBuffers f;
-  f.scores = c.take(d.batch * d.qHeads * d.qSeq * d.totalSeq);
+  f.rows = chunkRowsFor(d, 1);
+  f.scores = c.take(d.batch * d.kvHeads * f.rows * d.totalSeq);
   f.q = d.is3D ? c.take(d.batch * d.qHeads * d.qSeq * d.headSize) : nullptr;
   f.k = packKV ? c.take(d.batch * d.kvHeads * d.totalSeq * d.headSize) : nullptr;
   f.v = packKV ? c.take(d.batch * d.kvHeads * d.totalSeq * d.vHeadSize) : nullptr;
   f.y = d.is3D ? c.take(d.batch * d.qHeads * d.qSeq * d.vHeadSize) : nullptr;
-  f.pack = packBytes ? c.take<char>(int64_t(packBytes)) : nullptr;
-  f.packBytes = packBytes;
+  f.packBytes = packBytesFor(ctx, d, false, f.rows);
+  f.pack = f.packBytes ? c.take<char>(int64_t(f.packBytes)) : nullptr;
   return f;
 }
 
@@ -430,7 +450,7 @@ size_t attentionWorkspace(const GpuKernelContext &ctx) {
   if (auto s = cudnnShape(ctx, kForwardSlots, *d, true))
     if (size_t n = cudnnSdpaWorkspace(ctx.gpu, *s, false)) return n;
   WorkspaceCarver c(nullptr);
-  carveForward(c, *d, packBytesFor(ctx, *d, false));
+  carveForward(c, ctx, *d);
   return c.used();
 }
 
@@ -473,7 +493,7 @@ llvm::Error attentionKernel(GpuKernelContext &ctx) {
     if (*ran) return llvm::Error::success();
   }
   WorkspaceCarver carver(ctx.workspace);
-  const ForwardBuffers buf = carveForward(carver, d, packBytesFor(ctx, d, false));
+  const ForwardBuffers buf = carveForward(carver, ctx, d);
   if (carver.used() > ctx.workspaceBytes) return gpuKernelError(op, "workspace is smaller than asked for");
 
   const cudaStream_t stream = ctx.gpu.stream;
@@ -489,32 +509,38 @@ llvm::Error attentionKernel(GpuKernelContext &ctx) {
   const float *k4 = nullptr, *v4 = nullptr;
   if (auto e = packKV(ctx, d, k, inputAt(ctx, slots.pastKey), presentK, buf.k, D, &k4)) return e;
   if (auto e = packKV(ctx, d, v, inputAt(ctx, slots.pastValue), presentV, buf.v, Dv, &v4)) return e;
-
-  LtGemm scores;
-  scores.m = G, scores.n = T, scores.k = D, scores.batch = B * KVH;
-  scores.a = q4, scores.lda = D, scores.strideA = G * D;
-  scores.b = k4, scores.ldb = D, scores.strideB = T * D, scores.transB = true;
-  scores.c = buf.scores, scores.ldc = T, scores.strideC = G * T;
-  scores.alpha = float(d.scale);
-  scores.scratch = buf.pack, scores.scratchBytes = buf.packBytes;
-  if (auto e = ltMatmul(ctx.gpu, scores)) return e;
-
-  SoftmaxArgs sm;
-  sm.scores = buf.scores, sm.probs = buf.scores;
-  sm.qk = qk ? qk->as<float>() : nullptr, sm.qkMode = int(d.qkMode);
-  sm.rows = B * H * S, sm.T = T, sm.qSeq = S, sm.heads = H;
-  sm.softcap = d.softcap;
-  sm.bias = biasParams(ctx, slots, d);
-  if (auto e = launchRows(attentionSoftmaxKernel<32>, attentionSoftmaxKernel<256>, sm, sm.rows, T, stream)) return e;
-
   float *y4 = d.is3D ? buf.y : y->as<float>();
-  LtGemm pv;
-  pv.m = G, pv.n = Dv, pv.k = T, pv.batch = B * KVH;
-  pv.a = buf.scores, pv.lda = T, pv.strideA = G * T;
-  pv.b = v4, pv.ldb = Dv, pv.strideB = T * Dv;
-  pv.c = y4, pv.ldc = Dv, pv.strideC = G * Dv;
-  pv.scratch = buf.pack, pv.scratchBytes = buf.packBytes;
-  if (auto e = ltMatmul(ctx.gpu, pv)) return e;
+
+  // Rows [r0, r0 + n) of every unit at a time (all of them where they fit).
+  for (int64_t r0 = 0; r0 < G; r0 += buf.rows) {
+    const int64_t n = std::min(buf.rows, G - r0);
+    LtGemm scores;
+    scores.m = n, scores.n = T, scores.k = D, scores.batch = B * KVH;
+    scores.a = q4 + r0 * D, scores.lda = D, scores.strideA = G * D;
+    scores.b = k4, scores.ldb = D, scores.strideB = T * D, scores.transB = true;
+    scores.c = buf.scores, scores.ldc = T, scores.strideC = n * T;
+    scores.alpha = float(d.scale);
+    scores.scratch = buf.pack, scores.scratchBytes = buf.packBytes;
+    if (auto e = ltMatmul(ctx.gpu, scores)) return e;
+
+    SoftmaxArgs sm;
+    sm.scores = buf.scores, sm.probs = buf.scores;
+    sm.qk = qk ? qk->as<float>() : nullptr, sm.qkMode = int(d.qkMode);
+    sm.rows = B * KVH * n, sm.T = T, sm.qSeq = S, sm.heads = H;
+    if (n < G) sm.chunkRows = n, sm.unitRows = G, sm.rowBegin = r0;
+    sm.softcap = d.softcap;
+    sm.bias = biasParams(ctx, slots, d);
+    if (auto e = launchRows(attentionSoftmaxKernel<32>, attentionSoftmaxKernel<256>, sm, sm.rows, T, stream))
+      return e;
+
+    LtGemm pv;
+    pv.m = n, pv.n = Dv, pv.k = T, pv.batch = B * KVH;
+    pv.a = buf.scores, pv.lda = T, pv.strideA = n * T;
+    pv.b = v4, pv.ldb = Dv, pv.strideB = T * Dv;
+    pv.c = y4 + r0 * Dv, pv.ldc = Dv, pv.strideC = G * Dv;
+    pv.scratch = buf.pack, pv.scratchBytes = buf.packBytes;
+    if (auto e = ltMatmul(ctx.gpu, pv)) return e;
+  }
   if (d.is3D) return scatterHeads(stream, y->as<float>(), y4, B, H, S, Dv);
   return llvm::Error::success();
 }
@@ -522,19 +548,23 @@ llvm::Error attentionKernel(GpuKernelContext &ctx) {
 // --- megac.AttentionGrad ---
 
 struct GradBuffers {
-  float *probs, *dP, *tanh;     // [B, H, S, T]; tanh only under a softcap
+  float *probs, *dP, *tanh;     // one chunk, [B * KVH, rows, T]; tanh only under a softcap
   float *q, *k, *v, *dO;        // packed inputs (3-D only)
   float *dQ, *dK, *dV;          // packed gradients (3-D only)
   void *pack;                   // the bf16 mode's operand copies
   size_t packBytes;
+  int64_t rows;                 // per unit and chunk
 };
 
-GradBuffers carveGrad(WorkspaceCarver &c, const AttentionDims &d, size_t packBytes) {
+// In plan::materializedAttentionBytes's order.
+GradBuffers carveGrad(WorkspaceCarver &c, const GpuKernelContext &ctx, const AttentionDims &d) {
   const int64_t B = d.batch, H = d.qHeads, KVH = d.kvHeads, S = d.qSeq, T = d.totalSeq;
   GradBuffers g{};
-  g.probs = c.take(B * H * S * T);
-  g.dP = c.take(B * H * S * T);
-  g.tanh = d.softcap > 0 ? c.take(B * H * S * T) : nullptr;
+  g.rows = chunkRowsFor(d, gradMatrices(d));
+  const int64_t chunk = B * KVH * g.rows * T;
+  g.probs = c.take(chunk);
+  g.dP = c.take(chunk);
+  g.tanh = d.softcap > 0 ? c.take(chunk) : nullptr;
   if (d.is3D) {
     g.q = c.take(B * H * S * d.headSize);
     g.k = c.take(B * KVH * T * d.headSize);
@@ -544,8 +574,8 @@ GradBuffers carveGrad(WorkspaceCarver &c, const AttentionDims &d, size_t packByt
     g.dK = c.take(B * KVH * T * d.headSize);
     g.dV = c.take(B * KVH * T * d.vHeadSize);
   }
-  g.pack = packBytes ? c.take<char>(int64_t(packBytes)) : nullptr;
-  g.packBytes = packBytes;
+  g.packBytes = packBytesFor(ctx, d, true, g.rows);
+  g.pack = g.packBytes ? c.take<char>(int64_t(g.packBytes)) : nullptr;
   return g;
 }
 
@@ -559,7 +589,7 @@ size_t attentionGradWorkspace(const GpuKernelContext &ctx) {
   if (auto s = cudnnShape(ctx, kGradSlots, *d, false))
     if (size_t n = cudnnSdpaWorkspace(ctx.gpu, *s, true)) return n;
   WorkspaceCarver c(nullptr);
-  carveGrad(c, *d, packBytesFor(ctx, *d, true));
+  carveGrad(c, ctx, *d);
   return c.used();
 }
 
@@ -602,7 +632,7 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
     if (*ran) return llvm::Error::success();
   }
   WorkspaceCarver carver(ctx.workspace);
-  const GradBuffers buf = carveGrad(carver, d, packBytesFor(ctx, d, true));
+  const GradBuffers buf = carveGrad(carver, ctx, d);
   if (carver.used() > ctx.workspaceBytes) return gpuKernelError(op, "workspace is smaller than asked for");
 
   const cudaStream_t stream = ctx.gpu.stream;
@@ -623,65 +653,75 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
   float *dK4 = d.is3D ? buf.dK : dk ? dk->as<float>() : nullptr;
   float *dV4 = d.is3D ? buf.dV : dv ? dv->as<float>() : nullptr;
 
-  // P, recomputed as in the forward pass (raw scores go to the tanh buffer
-  // under a softcap, which then holds tanh(score / softcap)).
-  LtGemm scores;
-  scores.m = G, scores.n = T, scores.k = D, scores.batch = batch;
-  scores.a = q4, scores.lda = D, scores.strideA = G * D;
-  scores.b = k4, scores.ldb = D, scores.strideB = T * D, scores.transB = true;
-  scores.c = buf.tanh ? buf.tanh : buf.probs, scores.ldc = T, scores.strideC = G * T;
-  scores.alpha = scale;
-  const int64_t scoreElems = B * H * S * T;
-  packIn(scores, B * H * S * D, batch * T * D, buf.dP, scoreElems, buf.pack, buf.packBytes);
-  if (auto e = ltMatmul(ctx.gpu, scores)) return e;
-  SoftmaxArgs sm;
-  sm.scores = scores.c, sm.probs = buf.probs, sm.tanhOut = buf.tanh;
-  sm.rows = B * H * S, sm.T = T, sm.qSeq = S, sm.heads = H;
-  sm.softcap = d.softcap;
-  sm.bias = biasParams(ctx, slots, d);
-  if (auto e = launchRows(attentionSoftmaxKernel<32>, attentionSoftmaxKernel<256>, sm, sm.rows, T, stream)) return e;
-
-  if (dV4) { // dV = P^T dO (the group's q heads summed by the reduction)
-    LtGemm g;
-    g.m = T, g.n = Dv, g.k = G, g.batch = batch;
-    g.a = buf.probs, g.lda = T, g.strideA = G * T, g.transA = true;
-    g.b = dO4, g.ldb = Dv, g.strideB = G * Dv;
-    g.c = dV4, g.ldc = Dv, g.strideC = T * Dv;
-    packIn(g, scoreElems, B * H * S * Dv, buf.dP, scoreElems, buf.pack, buf.packBytes); // P^T dO, before dP
-    if (auto e = ltMatmul(ctx.gpu, g)) return e;
-  }
-  if (dQ4 || dK4) {
-    LtGemm g; // dP = dO V^T
-    g.m = G, g.n = T, g.k = Dv, g.batch = batch;
-    g.a = dO4, g.lda = Dv, g.strideA = G * Dv;
-    g.b = v4, g.ldb = Dv, g.strideB = T * Dv, g.transB = true;
-    g.c = buf.dP, g.ldc = T, g.strideC = G * T;
-    packIn(g, B * H * S * Dv, batch * T * Dv, nullptr, 0, buf.pack, buf.packBytes);     // dO V^T
-    if (auto e = ltMatmul(ctx.gpu, g)) return e;
-    SoftmaxGradArgs sg;
-    sg.grad = buf.dP, sg.probs = buf.probs, sg.tanh = buf.tanh, sg.rows = B * H * S, sg.T = T;
-    if (auto e = launchRows(attentionSoftmaxGradKernel<32>, attentionSoftmaxGradKernel<256>, sg, sg.rows, T, stream))
+  // Rows [r0, r0 + n) of every unit at a time (all of them where they fit);
+  // dK and dV sum over the chunks. The free score matrix a product packs in
+  // is a whole chunk's (`spare` elements), whatever its rows.
+  const int64_t spare = batch * buf.rows * T;
+  for (int64_t r0 = 0; r0 < G; r0 += buf.rows) {
+    const int64_t n = std::min(buf.rows, G - r0), chunk = batch * n * T;
+    const float accumulate = r0 == 0 ? 0.0f : 1.0f;
+    // P, recomputed as in the forward pass (raw scores go to the tanh buffer
+    // under a softcap, which then holds tanh(score / softcap)).
+    LtGemm scores;
+    scores.m = n, scores.n = T, scores.k = D, scores.batch = batch;
+    scores.a = q4 + r0 * D, scores.lda = D, scores.strideA = G * D;
+    scores.b = k4, scores.ldb = D, scores.strideB = T * D, scores.transB = true;
+    scores.c = buf.tanh ? buf.tanh : buf.probs, scores.ldc = T, scores.strideC = n * T;
+    scores.alpha = scale;
+    packIn(scores, batch * n * D, batch * T * D, buf.dP, spare, buf.pack, buf.packBytes);
+    if (auto e = ltMatmul(ctx.gpu, scores)) return e;
+    SoftmaxArgs sm;
+    sm.scores = scores.c, sm.probs = buf.probs, sm.tanhOut = buf.tanh;
+    sm.rows = batch * n, sm.T = T, sm.qSeq = S, sm.heads = H;
+    if (n < G) sm.chunkRows = n, sm.unitRows = G, sm.rowBegin = r0;
+    sm.softcap = d.softcap;
+    sm.bias = biasParams(ctx, slots, d);
+    if (auto e = launchRows(attentionSoftmaxKernel<32>, attentionSoftmaxKernel<256>, sm, sm.rows, T, stream))
       return e;
-  }
-  if (dQ4) { // dQ = scale dS K
-    LtGemm g;
-    g.m = G, g.n = D, g.k = T, g.batch = batch;
-    g.a = buf.dP, g.lda = T, g.strideA = G * T;
-    g.b = k4, g.ldb = D, g.strideB = T * D;
-    g.c = dQ4, g.ldc = D, g.strideC = G * D;
-    g.alpha = scale;
-    packIn(g, scoreElems, batch * T * D, buf.probs, scoreElems, buf.pack, buf.packBytes); // dS K, P no longer read
-    if (auto e = ltMatmul(ctx.gpu, g)) return e;
-  }
-  if (dK4) { // dK = scale dS^T Q
-    LtGemm g;
-    g.m = T, g.n = D, g.k = G, g.batch = batch;
-    g.a = buf.dP, g.lda = T, g.strideA = G * T, g.transA = true;
-    g.b = q4, g.ldb = D, g.strideB = G * D;
-    g.c = dK4, g.ldc = D, g.strideC = T * D;
-    g.alpha = scale;
-    packIn(g, scoreElems, B * H * S * D, buf.probs, scoreElems, buf.pack, buf.packBytes); // dS^T Q
-    if (auto e = ltMatmul(ctx.gpu, g)) return e;
+
+    if (dV4) { // dV = P^T dO (the group's q heads summed by the reduction)
+      LtGemm g;
+      g.m = T, g.n = Dv, g.k = n, g.batch = batch;
+      g.a = buf.probs, g.lda = T, g.strideA = n * T, g.transA = true;
+      g.b = dO4 + r0 * Dv, g.ldb = Dv, g.strideB = G * Dv;
+      g.c = dV4, g.ldc = Dv, g.strideC = T * Dv, g.beta = accumulate;
+      packIn(g, chunk, batch * n * Dv, buf.dP, spare, buf.pack, buf.packBytes); // P^T dO, before dP
+      if (auto e = ltMatmul(ctx.gpu, g)) return e;
+    }
+    if (dQ4 || dK4) {
+      LtGemm g; // dP = dO V^T
+      g.m = n, g.n = T, g.k = Dv, g.batch = batch;
+      g.a = dO4 + r0 * Dv, g.lda = Dv, g.strideA = G * Dv;
+      g.b = v4, g.ldb = Dv, g.strideB = T * Dv, g.transB = true;
+      g.c = buf.dP, g.ldc = T, g.strideC = n * T;
+      packIn(g, batch * n * Dv, batch * T * Dv, nullptr, 0, buf.pack, buf.packBytes); // dO V^T
+      if (auto e = ltMatmul(ctx.gpu, g)) return e;
+      SoftmaxGradArgs sg;
+      sg.grad = buf.dP, sg.probs = buf.probs, sg.tanh = buf.tanh, sg.rows = batch * n, sg.T = T;
+      if (auto e =
+              launchRows(attentionSoftmaxGradKernel<32>, attentionSoftmaxGradKernel<256>, sg, sg.rows, T, stream))
+        return e;
+    }
+    if (dQ4) { // dQ = scale dS K
+      LtGemm g;
+      g.m = n, g.n = D, g.k = T, g.batch = batch;
+      g.a = buf.dP, g.lda = T, g.strideA = n * T;
+      g.b = k4, g.ldb = D, g.strideB = T * D;
+      g.c = dQ4 + r0 * D, g.ldc = D, g.strideC = G * D;
+      g.alpha = scale;
+      packIn(g, chunk, batch * T * D, buf.probs, spare, buf.pack, buf.packBytes); // dS K, P no longer read
+      if (auto e = ltMatmul(ctx.gpu, g)) return e;
+    }
+    if (dK4) { // dK = scale dS^T Q
+      LtGemm g;
+      g.m = T, g.n = D, g.k = n, g.batch = batch;
+      g.a = buf.dP, g.lda = T, g.strideA = n * T, g.transA = true;
+      g.b = q4 + r0 * D, g.ldb = D, g.strideB = G * D;
+      g.c = dK4, g.ldc = D, g.strideC = T * D, g.beta = accumulate;
+      g.alpha = scale;
+      packIn(g, chunk, batch * n * D, buf.probs, spare, buf.pack, buf.packBytes); // dS^T Q
+      if (auto e = ltMatmul(ctx.gpu, g)) return e;
+    }
   }
   if (d.is3D) {
     if (dq)

@@ -48,6 +48,46 @@ ConstantsLayout constantsLayout(const Plan &p) {
   return l;
 }
 
+static int64_t scoreBudget = int64_t(4) << 30;
+
+int64_t attentionScoreBudgetBytes() { return scoreBudget; }
+
+ScopedAttentionScoreBudget::ScopedAttentionScoreBudget(int64_t bytes) : saved_(scoreBudget) { scoreBudget = bytes; }
+ScopedAttentionScoreBudget::~ScopedAttentionScoreBudget() { scoreBudget = saved_; }
+
+int64_t attentionChunkRows(int64_t units, int64_t rows, int64_t keys, int64_t matrices) {
+  const int64_t perRow = 4 * std::max<int64_t>(units, 1) * std::max<int64_t>(keys, 1) * std::max<int64_t>(matrices, 1);
+  int64_t fit = attentionScoreBudgetBytes() / perRow;
+  if (fit >= rows) return std::max<int64_t>(rows, 1);
+  if (fit >= 64) fit = fit / 64 * 64;
+  return std::max<int64_t>(fit, 1);
+}
+
+int64_t materializedAttentionBytes(const cpu::AttentionDims &d, bool grad, bool bf16) {
+  const int64_t B = d.batch, H = d.qHeads, KVH = d.kvHeads, S = d.qSeq, T = d.totalSeq, D = d.headSize,
+                Dv = d.vHeadSize;
+  const int64_t units = B * KVH, rows = KVH > 0 ? (H / KVH) * S : 0;
+  const int64_t rc = attentionChunkRows(units, rows, T, grad ? 2 + (d.softcap > 0) : 1);
+  int64_t bytes = 0;
+  auto floats = [&](int64_t n) { bytes += alignUp(4 * std::max<int64_t>(n, 0), 256); };
+  const int64_t chunk = units * rc * T;
+  if (!grad) {
+    floats(chunk);
+    if (d.is3D) floats(B * H * S * D);
+    if (d.is3D || d.pastSeq > 0) floats(B * KVH * T * D), floats(B * KVH * T * Dv);
+    if (d.is3D) floats(B * H * S * Dv);
+  } else {
+    floats(chunk), floats(chunk);
+    if (d.softcap > 0) floats(chunk);
+    if (d.is3D) {
+      floats(B * H * S * D), floats(B * KVH * T * D), floats(B * KVH * T * Dv), floats(B * H * S * Dv);
+      floats(B * H * S * D), floats(B * KVH * T * D), floats(B * KVH * T * Dv);
+    }
+  }
+  if (bf16) bytes += alignUp(attentionPackBytes(B, KVH, KVH, rc, T, D, Dv, grad), 256);
+  return bytes;
+}
+
 // Calls fn(dims, grad, plain) for each Attention and megac.AttentionGrad of
 // p whose dims are known; `plain` as plan::runsFused takes it.
 template <class F> static void forEachAttention(const Program &p, F fn) {
@@ -100,15 +140,10 @@ template <class F> static void forEachAttention(const Program &p, F fn) {
 int64_t attentionWorkspaceBytes(const Program &p, bool bf16) {
   int64_t most = 0;
   forEachAttention(p, [&](const cpu::AttentionDims &d, bool grad, bool plain) {
-    int64_t bytes;
-    if (bf16 && runsFused(d, plain)) {
-      bytes = fusedAttentionWorkspaceBytes(d.batch, d.qHeads, d.kvHeads, d.qSeq, d.headSize, d.vHeadSize, grad);
-    } else {
-      bytes = (grad ? 2 : 1) * 4 * d.batch * d.qHeads * d.qSeq * d.totalSeq;
-      if (bf16)
-        bytes += attentionPackBytes(d.batch, d.qHeads, d.kvHeads, d.qSeq, d.totalSeq, d.headSize, d.vHeadSize, grad);
-    }
-    most = std::max(most, bytes);
+    most = std::max(most, bf16 && runsFused(d, plain) ? fusedAttentionWorkspaceBytes(d.batch, d.qHeads, d.kvHeads,
+                                                                                      d.qSeq, d.headSize,
+                                                                                      d.vHeadSize, grad)
+                                                      : materializedAttentionBytes(d, grad, bf16));
   });
   return most;
 }

@@ -3,6 +3,7 @@
 // plan's schedule (plan.proto: StreamSchedule, DeviceRegion). Shared by the
 // schedule builder (codegen), the plan checker and the CUDA runtime, so that
 // all three agree on every offset.
+#include "runtime/cpu/NormAttentionShapes.h"
 #include "runtime/plan/PlanIO.h"
 
 #include <algorithm>
@@ -45,9 +46,8 @@ ConstantsLayout constantsLayout(const Plan &p);
 // region, with a warning, where they need more.
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 // The largest Attention/megac.AttentionGrad scratch of one program, 0 without
-// attention. On materialized scores: the fp32 score matrix [B, H, Sq, Skv],
-// twice for the gradient, and in bf16 plans attentionPackBytes. Where a bf16
-// plan runs it fused (plan::runsFused): plan::fusedAttentionWorkspaceBytes.
+// attention: materializedAttentionBytes, or where a bf16 plan runs it fused
+// (plan::runsFused) plan::fusedAttentionWorkspaceBytes.
 int64_t attentionWorkspaceBytes(const Program &p, bool bf16);
 // Where bf16 plans run attention fused: the largest such op's
 // plan::fusedAttentionStashBytes, else 0.
@@ -62,7 +62,7 @@ inline int64_t bf16PackBytes(int64_t elemsA, int64_t elemsB) {
 // The area where attention on materialized scores (runtime/cuda/AttentionKernels.cu)
 // packs its products' operands to bf16 in bf16 plans, beyond its fp32 buffers:
 // B batches, H query heads over KVH kv heads, S queries, T keys, head sizes D
-// (Q, K) and Dv (V). The forward packs Q K^T's and P V's operands there. The
+// (Q, K) and Dv (V); for a chunk of rows, H = KVH and S = the chunk's rows. The forward packs Q K^T's and P V's operands there. The
 // backward packs dO V^T's there, and each other product's in the fp32 score
 // matrix [B, H, S, T] that is free during it (dP's before dP is formed, P's
 // after the softmax gradient) where they fit, so only the rest take room.
@@ -75,6 +75,33 @@ inline int64_t attentionPackBytes(int64_t B, int64_t H, int64_t KVH, int64_t S, 
                    unlessInScores(bf16PackBytes(p, o)), unlessInScores(bf16PackBytes(p, k)), // P^T dO, dS K
                    unlessInScores(bf16PackBytes(p, q))});                                     // dS^T Q
 }
+// Attention on materialized scores (runtime/cuda/AttentionKernels.cu) stacks
+// the q heads of each kv head into one [group * Sq, Skv] score matrix per
+// (batch, kv head): B * KVH units of group * Sq rows. Where the fp32 score
+// matrices of all rows would pass attentionScoreBudgetBytes(), it takes the
+// rows a chunk at a time, the same rows of every unit (dK and dV then sum
+// over chunks), so that long sequences fit in fp32/tf32 plans, under masks
+// and wherever cuDNN's fused attention does not run.
+int64_t attentionScoreBudgetBytes(); // 4 GiB
+// Tests shrink the budget to make small problems chunk.
+class ScopedAttentionScoreBudget {
+public:
+  explicit ScopedAttentionScoreBudget(int64_t bytes);
+  ~ScopedAttentionScoreBudget();
+
+private:
+  int64_t saved_;
+};
+// The rows of each unit taken at once: all `rows` where `matrices` fp32
+// [units, rows, keys] matrices fit the budget, else the most that do (a
+// multiple of 64 from 64 on), at least 1.
+int64_t attentionChunkRows(int64_t units, int64_t rows, int64_t keys, int64_t matrices);
+// The materialized path's scratch, exactly as the kernels carve it: the score
+// matrices of one chunk (one forward; P and dP for the gradient, and tanh
+// under a softcap), Q, K, V, Y (or dY, dQ, dK, dV) gathered to [B, heads, S,
+// D] for 3-D inputs (K and V also under a past cache), and in bf16 plans the
+// operand copies of one chunk's products (attentionPackBytes).
+int64_t materializedAttentionBytes(const cpu::AttentionDims &d, bool grad, bool bf16);
 // megac.LinearCrossEntropy[Grad] compute the logits a chunk of rows at a
 // time: at most kLinearCrossEntropyChunkBytes of fp32 logits (at least one
 // row), or `requested` rows (the op's chunk_rows attribute) when positive.

@@ -251,6 +251,35 @@ TEST(StreamSchedule, FusedAttentionIsBudgetedItsOwnWorkspace) {
             8 * 65536 + 2 * 8192 + 131072 + 131072 + (1 << 20));
 }
 
+// Attention on materialized scores takes the query rows a chunk at a time
+// where all of them would pass the score budget (4 GiB), so its scratch stays
+// near that however long the sequence: Llama-3.1-8B's heads (32 over 8 kv
+// heads) at batch 1 x seq 32768, in fp32, would need two 275 GB score
+// matrices for the gradient.
+TEST(StreamSchedule, MaterializedAttentionChunksItsRows) {
+  cpu::AttentionDims d;
+  d.batch = 1, d.qHeads = 32, d.kvHeads = 8, d.qSeq = d.kvSeq = d.totalSeq = 32768, d.headSize = d.vHeadSize = 128;
+  // 8 units of 4 x 32768 rows; a row of two fp32 matrices is 8 x 32768 x 4 x 2 bytes (2 MiB): 2048 rows fit.
+  EXPECT_EQ(plan::attentionChunkRows(8, 4 * 32768, 32768, 2), 2048);
+  EXPECT_EQ(plan::materializedAttentionBytes(d, true, false), int64_t(4) << 30);
+  EXPECT_EQ(plan::materializedAttentionBytes(d, false, false), int64_t(4) << 30); // 4096 rows of one matrix
+  // bf16 adds one chunk's operand copies; 3-D inputs their gathered Q, K, V, dY, dQ, dK, dV.
+  EXPECT_GT(plan::materializedAttentionBytes(d, true, true), int64_t(4) << 30);
+  d.is3D = true;
+  // Q, dY, dQ [32 heads] and K, V, dK, dV [8 heads] of 32768 x 128 floats: (3 x 32 + 4 x 8) x 16 MiB = 2 GiB.
+  EXPECT_EQ(plan::materializedAttentionBytes(d, true, false), int64_t(6) << 30);
+  // Short rows: all of them at once, the rounding to 64 rows only past 64.
+  EXPECT_EQ(plan::attentionChunkRows(8, 100, 16, 2), 100);
+  {
+    plan::ScopedAttentionScoreBudget small(8 * 16 * 4 * 2 * 70);
+    EXPECT_EQ(plan::attentionChunkRows(8, 100, 16, 2), 64);
+  }
+  {
+    plan::ScopedAttentionScoreBudget tiny(100);
+    EXPECT_EQ(plan::attentionChunkRows(8, 100, 16, 2), 1);
+  }
+}
+
 // The WORKSPACE budget covers the fused loss's scratch in each compute mode:
 // in bf16 plans W and the products' operands packed to bf16 as well.
 TEST(StreamSchedule, WorkspaceCoversTheFusedLoss) {
