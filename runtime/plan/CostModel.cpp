@@ -1,6 +1,7 @@
 #include "runtime/plan/CostModel.h"
 
 #include "runtime/cpu/NormAttentionShapes.h"
+#include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/PlanReport.h"
 #include "runtime/plan/StreamLayout.h"
@@ -45,13 +46,18 @@ static const Program::Value *valueAt(const Program &p, int32_t id) {
 // The work of Attention(Q, K, V, mask?, past_key?, past_value?, nonpad?) or
 // megac.AttentionGrad(dY, Q, K, V, mask?, nonpad?). Flops: per head and query
 // row, Q*K^T is 2*Skv*D flops and P*V 2*Skv*Dv. The backward recomputes Q*K^T
-// and runs four more products (dV, dP, dQ, dK): 2*Skv*(3D + 2Dv). Causal
-// masking halves both (a fused kernel skips the masked blocks). Elements: Q's
-// (B Hq Sq D), once for the forward and twice for the gradient: what the work
-// beyond the flops (conversions, dQ's accumulator) grows with. A gradient
-// whose unit keeps its activations runs its own forward as well (no
-// recomputed forward leaves it one): not counted.
-static llvm::Error attentionWork(const Program &p, const Program::Op &op, ProgramWork &w) {
+// and runs four more products (dV, dP, dQ, dK): 2*Skv*(3D + 2Dv).
+// - Fused (bf16 plans, plan::runsFused): attention flops, halved by a causal
+//   mask (the kernel skips the masked blocks), and the elements of Q (B Hq
+//   Sq D), once for the forward and twice for the gradient: what the work
+//   beyond the flops (conversions, dQ's accumulator) grows with. A gradient
+//   whose unit keeps its activations runs its own forward as well (no
+//   recomputed forward leaves it one): not counted.
+// - On materialized scores: GEMM flops, every score computed, and the score
+//   matrices' bytes: written, softmaxed in place and read by P V forward (16
+//   bytes per score); recomputed, softmaxed, read by dV, dP written, turned
+//   into dS and read by dQ and dK in the gradient (40).
+static llvm::Error attentionWork(const Program &p, const Program::Op &op, bool bf16, ProgramWork &w) {
   bool grad = op.type() == "megac.AttentionGrad";
   int first = grad ? 1 : 0;
   auto shape = [&](int i) -> const Program::Value * {
@@ -86,8 +92,14 @@ static llvm::Error attentionWork(const Program &p, const Program::Op &op, Progra
   double rows = double(d->batch) * double(d->qHeads) * double(d->qSeq) * double(d->totalSeq);
   double perRow = grad ? 2.0 * (3.0 * double(d->headSize) + 2.0 * double(d->vHeadSize))
                        : 2.0 * (double(d->headSize) + double(d->vHeadSize));
-  w.attentionFlops += rows * perRow * (d->causal ? 0.5 : 1.0);
-  w.attentionElements += (grad ? 2.0 : 1.0) * double(d->batch) * double(d->qHeads) * double(d->qSeq) * double(d->headSize);
+  if (bf16 && runsFused(*d, attentionOperandsPlain(p, op))) {
+    w.attentionFlops += rows * perRow * (d->causal ? 0.5 : 1.0);
+    w.attentionElements +=
+        (grad ? 2.0 : 1.0) * double(d->batch) * double(d->qHeads) * double(d->qSeq) * double(d->headSize);
+  } else {
+    w.gemmFlops += rows * perRow;
+    w.memoryBytes += (grad ? 40.0 : 16.0) * rows;
+  }
   return llvm::Error::success();
 }
 
@@ -165,7 +177,7 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
     } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
       if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return std::move(e);
     } else if (type == "Attention" || type == "megac.AttentionGrad") {
-      if (auto e = attentionWork(p, op, w)) return std::move(e);
+      if (auto e = attentionWork(p, op, bf16Operands, w)) return std::move(e);
     } else if (!viewSharesBytes(p, op)) {
       w.memoryBytes += memoryBytes(p, op);
     }

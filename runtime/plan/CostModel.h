@@ -29,13 +29,15 @@ namespace megac::plan {
 // The work of one program.
 struct ProgramWork {
   double gemmFlops = 0;      // MatMul and Gemm
-  double attentionFlops = 0; // Attention and megac.AttentionGrad
+  double attentionFlops = 0; // Attention and megac.AttentionGrad where they run fused
   // Elements of their Q (twice for a gradient): their work beyond the flops.
+  // (On materialized scores they count as GEMM flops and memory bytes.)
   double attentionElements = 0;
   double memoryBytes = 0; // bytes read + written by every other op (view ops: none)
 };
-// `bf16Operands`: bf16 plans, where the runtime packs each large product's
-// fp32 operands to bf16 first (6 bytes moved per operand element).
+// `bf16Operands`: bf16 plans, where the runtime packs each product's fp32
+// operands to bf16 first (6 bytes moved per operand element) and runs
+// attention fused where plan::runsFused says so.
 llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands = false);
 
 enum Lane : int { kLaneH2D = 0, kLaneCompute = 1, kLaneD2H = 2, kLaneCPU = 3 };

@@ -126,15 +126,19 @@ template <class F> static void forEachAttention(const Program &p, F fn) {
       llvm::consumeError(d.takeError());
       continue;
     }
-    const bool grad = q == 1;
-    // What runtime/cuda/AttentionKernels.cu calls plain operands.
-    auto present = [&](int i) { return i < op.inputs_size() && op.inputs(i) >= 0; };
-    auto f32 = [&](int i) { return present(i) && p.values(op.inputs(i)).type().dtype() == F32; };
-    bool plain = f32(int(q)) && f32(int(q) + 1) && f32(int(q) + 2) && (!grad || f32(0));
-    for (int i = int(q) + 3; i < op.inputs_size(); ++i) plain &= !present(i);
-    for (int i = 1; !grad && i < op.outputs_size(); ++i) plain &= op.outputs(i) < 0;
-    fn(*d, grad, plain);
+    fn(*d, q == 1, attentionOperandsPlain(p, op));
   }
+}
+
+bool attentionOperandsPlain(const Program &p, const Program::Op &op) {
+  const bool grad = op.type() == "megac.AttentionGrad";
+  const int q = grad ? 1 : 0;
+  auto present = [&](int i) { return i < op.inputs_size() && op.inputs(i) >= 0 && op.inputs(i) < p.values_size(); };
+  auto f32 = [&](int i) { return present(i) && p.values(op.inputs(i)).type().dtype() == F32; };
+  bool plain = f32(q) && f32(q + 1) && f32(q + 2) && (!grad || f32(0));
+  for (int i = q + 3; i < op.inputs_size(); ++i) plain &= op.inputs(i) < 0;
+  for (int i = 1; !grad && i < op.outputs_size(); ++i) plain &= op.outputs(i) < 0;
+  return plain;
 }
 
 int64_t attentionWorkspaceBytes(const Program &p, bool bf16) {

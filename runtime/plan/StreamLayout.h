@@ -49,6 +49,10 @@ inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 // attention: materializedAttentionBytes, or where a bf16 plan runs it fused
 // (plan::runsFused) plan::fusedAttentionWorkspaceBytes.
 int64_t attentionWorkspaceBytes(const Program &p, bool bf16);
+// What plan::runsFused calls plain operands for an Attention or
+// megac.AttentionGrad op: f32 Q, K, V (and dY), no attn_mask, past cache or
+// nonpad_kv_seqlen input, and (forward) no output but Y.
+bool attentionOperandsPlain(const Program &p, const Program::Op &op);
 // Where bf16 plans run attention fused: the largest such op's
 // plan::fusedAttentionStashBytes, else 0.
 int64_t attentionStashBytes(const Plan &p);

@@ -88,33 +88,49 @@ TEST(CostModel, Bf16PlansCountOperandPacking) {
 }
 
 TEST(CostModel, AttentionFlops) {
-  // Q [2,4,16,8] (B=2, 4 heads, Sq=16, D=8), K and V [2,2,16,8] (GQA, 2 kv heads).
-  auto build = [](bool causal, bool grad) {
+  // Q [2,4,S,8] (B=2, 4 heads, D=8), K and V [2,2,S,8] (GQA, 2 kv heads).
+  auto build = [](int64_t S, bool causal, bool grad, bool bf16) {
     plan::Program p;
-    int32_t dy = grad ? addValue(p, {2, 4, 16, 8}, kArg) : -1;
-    int32_t q = addValue(p, {2, 4, 16, 8}, kArg), k = addValue(p, {2, 2, 16, 8}, kArg),
-            v = addValue(p, {2, 2, 16, 8}, kArg);
+    int32_t dy = grad ? addValue(p, {2, 4, S, 8}, kArg) : -1;
+    int32_t q = addValue(p, {2, 4, S, 8}, kArg), k = addValue(p, {2, 2, S, 8}, kArg),
+            v = addValue(p, {2, 2, S, 8}, kArg);
     Attrs at;
     if (causal) at.set("is_causal", Attr::ofInt(1));
     if (grad) {
-      int32_t dq = addValue(p, {2, 4, 16, 8}), dk = addValue(p, {2, 2, 16, 8}), dv = addValue(p, {2, 2, 16, 8});
+      int32_t dq = addValue(p, {2, 4, S, 8}), dk = addValue(p, {2, 2, S, 8}), dv = addValue(p, {2, 2, S, 8});
       addOp(p, "megac.AttentionGrad", {dy, q, k, v}, {dq, dk, dv}, at);
     } else {
-      int32_t y = addValue(p, {2, 4, 16, 8});
+      int32_t y = addValue(p, {2, 4, S, 8});
       addOp(p, "Attention", {q, k, v}, {y}, at);
     }
-    auto w = plan::programWork(p);
+    auto w = plan::programWork(p, bf16);
     EXPECT_TRUE(bool(w)) << llvm::toString(w.takeError());
-    EXPECT_EQ(w->memoryBytes, 0);
-    EXPECT_EQ(w->gemmFlops, 0);
-    EXPECT_EQ(w->attentionElements, (grad ? 2.0 : 1.0) * 2 * 4 * 16 * 8); // Q's, twice for the gradient
-    return w->attentionFlops;
+    return *w;
   };
-  const double bhss = 2.0 * 4 * 16 * 16;
-  EXPECT_DOUBLE_EQ(build(false, false), 4 * bhss * 8); // QK^T and PV: 2*D each
-  EXPECT_DOUBLE_EQ(build(true, false), 2 * bhss * 8);  // causal: half
-  EXPECT_DOUBLE_EQ(build(false, true), 10 * bhss * 8); // recompute QK^T, dV, dP, dQ, dK
-  EXPECT_DOUBLE_EQ(build(true, true), 5 * bhss * 8);
+  // Fused (a bf16 plan, seq 64 and up): attention flops, halved by the causal
+  // mask, and Q's elements (twice for the gradient); nothing else.
+  const double bhss = 2.0 * 4 * 64 * 64;
+  for (bool grad : {false, true})
+    for (bool causal : {false, true}) {
+      plan::ProgramWork w = build(64, causal, grad, true);
+      EXPECT_EQ(w.memoryBytes, 0);
+      EXPECT_EQ(w.gemmFlops, 0);
+      EXPECT_EQ(w.attentionElements, (grad ? 2.0 : 1.0) * 2 * 4 * 64 * 8);
+      // QK^T and PV: 2*D each; the gradient recomputes QK^T, then dV, dP, dQ, dK.
+      EXPECT_DOUBLE_EQ(w.attentionFlops, (grad ? 10 : 4) * bhss * 8 * (causal ? 0.5 : 1.0));
+    }
+  // On materialized scores (fp32 plans; bf16 below seq 64): GEMM flops for
+  // every score, masked or not, and 16 (forward) or 40 (gradient) bytes per score.
+  const double scores = 2.0 * 4 * 16 * 16;
+  for (bool bf16 : {false, true})
+    for (bool grad : {false, true}) {
+      plan::ProgramWork w = build(16, true, grad, bf16);
+      EXPECT_EQ(w.attentionFlops, 0);
+      EXPECT_EQ(w.attentionElements, 0);
+      EXPECT_DOUBLE_EQ(w.gemmFlops, (grad ? 10 : 4) * scores * 8);
+      EXPECT_DOUBLE_EQ(w.memoryBytes, (grad ? 40 : 16) * scores);
+    }
+  EXPECT_EQ(build(64, true, true, false).attentionFlops, 0) << "fp32 plans never run it fused";
 
   // bf16 plans time attention as flops at the profile's rate plus its work
   // per element of Q: a third of attention_bf16_ps_per_elem per element
