@@ -4,6 +4,7 @@
 #include "runtime/cuda/GpuProgram.h"
 #include "runtime/cuda/OpTimer.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -307,8 +308,8 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   // cuBLASLt's at its end.
   auto ws = regions_.find({int(plan::DeviceRegion::WORKSPACE), 0});
   int64_t have = ws == regions_.end() ? 0 : ws->second->bytes();
-  const size_t scratch = (workNeed + 255) / 256 * 256,
-               stash = (size_t(plan::attentionStashBytes(plan_)) + 255) / 256 * 256;
+  const size_t scratch = size_t(plan::alignUp(int64_t(workNeed), 256)),
+               stash = size_t(plan::alignUp(plan::attentionStashBytes(plan_), 256));
   const size_t need = scratch + stash + size_t(plan::kGemmWorkspaceBytes);
   if (have >= int64_t(need)) {
     workspace_ = device_ + ws->second->offset();

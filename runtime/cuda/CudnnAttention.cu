@@ -681,11 +681,11 @@ llvm::Error enqueueBackward(GpuContext &ctx, const SdpaShape &s, const CachedPla
   return convert<__nv_bfloat16, float>(ctx.stream, out);
 }
 
-std::array<uint64_t, 10> problemOf(const SdpaShape &s) {
+std::array<uint64_t, 9> problemOf(const SdpaShape &s) {
   uint32_t scaleBits = 0;
   std::memcpy(&scaleBits, &s.scale, sizeof scaleBits);
   return {uint64_t(s.batch), uint64_t(s.qHeads), uint64_t(s.kvHeads), uint64_t(s.seq), uint64_t(s.headDim),
-          uint64_t(s.vHeadDim), uint64_t(s.bshd), uint64_t(s.causal), scaleBits, 1};
+          uint64_t(s.vHeadDim), uint64_t(s.bshd), uint64_t(s.causal), scaleBits};
 }
 
 // The stash's residue where a forward of this run left it for `source`, else false.
@@ -720,12 +720,10 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
   WorkspaceCarver residue(ctx.attentionStash), scratch(workspace);
   carveForwardResidue(residue, s, b);
   const bool stash = source && ctx.attentionStash && residue.used() <= ctx.attentionStashBytes;
-  if (stash) {
+  if (stash)
     b.dnn = scratch.take<char>(dnnWorkspace(fwd, bwd));
-  } else {
-    scratch = WorkspaceCarver(workspace);
+  else
     b = carve(scratch, s, false, dnnWorkspace(fwd, bwd));
-  }
   if (!fits(fwd, s, false, scratch.used(), workspaceBytes)) return false;
   if (stash) ctx.stashOwner = {}; // overwritten from here on
   if (llvm::Error e = enqueueForward(ctx, s, *fwd, b, q, k, v, y)) return llvm::Expected<bool>(std::move(e));

@@ -64,7 +64,7 @@ struct GpuContext {
   struct StashOwner {
     uint64_t run = 0;
     const void *q = nullptr, *k = nullptr, *v = nullptr; // the op's input identities in that run
-    std::array<uint64_t, 10> problem{};
+    std::array<uint64_t, 9> problem{};
   } stashOwner;
 };
 

@@ -58,37 +58,9 @@ static const Program::Value *valueAt(const Program &p, int32_t id) {
 //   bytes per score); recomputed, softmaxed, read by dV, dP written, turned
 //   into dS and read by dQ and dK in the gradient (40).
 static llvm::Error attentionWork(const Program &p, const Program::Op &op, bool bf16, ProgramWork &w) {
-  bool grad = op.type() == "megac.AttentionGrad";
-  int first = grad ? 1 : 0;
-  auto shape = [&](int i) -> const Program::Value * {
-    return i < op.inputs_size() ? valueAt(p, op.inputs(i)) : nullptr;
-  };
-  const Program::Value *q = shape(first), *k = shape(first + 1), *v = shape(first + 2);
-  if (!q || !k || !v) return err("op '" + op.name() + "' (" + op.type() + ") lacks Q, K or V");
-  Shape qs = shapeOf(q->type()), ks = shapeOf(k->type()), vs = shapeOf(v->type()), mask, past, pastV, nonpad;
-  cpu::AttentionInputShapes in;
-  in.q = &qs;
-  in.k = &ks;
-  in.v = &vs;
-  auto optional = [&](int i, Shape &s, const Shape *&slot) {
-    if (const Program::Value *x = shape(i)) {
-      s = shapeOf(x->type());
-      slot = &s;
-    }
-  };
-  if (grad) {
-    optional(4, mask, in.mask);
-    optional(5, nonpad, in.nonpadKvSeqlen);
-  } else {
-    optional(3, mask, in.mask);
-    optional(4, past, in.pastKey);
-    optional(5, pastV, in.pastValue);
-    optional(6, nonpad, in.nonpadKvSeqlen);
-  }
-  auto attrs = fromProto(op.attributes());
-  if (!attrs) return attrs.takeError();
-  auto d = cpu::attentionDims(*attrs, in);
-  if (!d) return err("op '" + op.name() + "' (" + op.type() + "): " + llvm::toString(d.takeError()));
+  const bool grad = op.type() == "megac.AttentionGrad";
+  auto d = attentionOpDims(p, op);
+  if (!d) return d.takeError();
   double rows = double(d->batch) * double(d->qHeads) * double(d->qSeq) * double(d->totalSeq);
   double perRow = grad ? 2.0 * (3.0 * double(d->headSize) + 2.0 * double(d->vHeadSize))
                        : 2.0 * (double(d->headSize) + double(d->vHeadSize));

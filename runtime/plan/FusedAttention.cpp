@@ -1,5 +1,7 @@
 #include "runtime/plan/FusedAttention.h"
 
+#include "runtime/plan/MemoryPlan.h"
+
 #include <algorithm>
 
 namespace megac::plan {
@@ -25,7 +27,7 @@ int64_t cudnnOwnWorkspaceBudget(int64_t batch, int64_t qHeads, int64_t seq, int6
   return (grad ? 4 * batch * qHeads * seq * headDim : 0) + (int64_t(1) << 20);
 }
 
-static int64_t aligned(int64_t n) { return (std::max<int64_t>(n, 0) + 255) / 256 * 256; }
+static int64_t aligned(int64_t n) { return alignUp(std::max<int64_t>(n, 0), 256); }
 
 int64_t fusedAttentionStashBytes(int64_t B, int64_t H, int64_t KVH, int64_t S, int64_t D, int64_t Dv) {
   return aligned(2 * B * H * S * D) + aligned(2 * B * KVH * S * D) + aligned(2 * B * KVH * S * Dv) + // Q, K, V

@@ -88,45 +88,49 @@ int64_t materializedAttentionBytes(const cpu::AttentionDims &d, bool grad, bool 
   return bytes;
 }
 
+llvm::Expected<cpu::AttentionDims> attentionOpDims(const Program &p, const Program::Op &op) {
+  const bool grad = op.type() == "megac.AttentionGrad";
+  const int q = grad ? 1 : 0;
+  std::vector<Shape> shapes(size_t(op.inputs_size()));
+  auto shape = [&](int i) -> const Shape * {
+    if (i >= op.inputs_size() || op.inputs(i) < 0 || op.inputs(i) >= p.values_size()) return nullptr;
+    const TensorType &t = p.values(op.inputs(i)).type();
+    shapes[size_t(i)].assign(t.shape().begin(), t.shape().end());
+    return &shapes[size_t(i)];
+  };
+  cpu::AttentionInputShapes in;
+  in.q = shape(q);
+  in.k = shape(q + 1);
+  in.v = shape(q + 2);
+  in.mask = shape(q + 3);
+  if (grad) {
+    in.nonpadKvSeqlen = shape(q + 4);
+  } else {
+    in.pastKey = shape(4);
+    in.pastValue = shape(5);
+    in.nonpadKvSeqlen = shape(6);
+  }
+  const std::string what = "op '" + op.name() + "' (" + op.type() + ")";
+  if (!in.q || !in.k || !in.v)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(), what + " lacks Q, K or V");
+  auto attrs = fromProto(op.attributes());
+  if (!attrs) return attrs.takeError();
+  auto d = cpu::attentionDims(*attrs, in);
+  if (!d) return llvm::createStringError(llvm::inconvertibleErrorCode(), what + ": " + llvm::toString(d.takeError()));
+  return d;
+}
+
 // Calls fn(dims, grad, plain) for each Attention and megac.AttentionGrad of
 // p whose dims are known; `plain` as plan::runsFused takes it.
 template <class F> static void forEachAttention(const Program &p, F fn) {
   for (const Program::Op &op : p.ops()) {
-    size_t q;
-    if (op.type() == "Attention") q = 0;
-    else if (op.type() == "megac.AttentionGrad") q = 1;
-    else continue;
-    std::vector<Shape> shapes(size_t(op.inputs_size()));
-    auto shape = [&](size_t i) -> const Shape * {
-      if (i >= shapes.size() || op.inputs(int(i)) < 0 || op.inputs(int(i)) >= p.values_size()) return nullptr;
-      const TensorType &t = p.values(op.inputs(int(i))).type();
-      shapes[i].assign(t.shape().begin(), t.shape().end());
-      return &shapes[i];
-    };
-    auto attrs = fromProto(op.attributes());
-    if (!attrs) {
-      llvm::consumeError(attrs.takeError());
-      continue;
-    }
-    cpu::AttentionInputShapes in;
-    in.q = shape(q);
-    in.k = shape(q + 1);
-    in.v = shape(q + 2);
-    in.mask = shape(q + 3);
-    if (q == 0) {
-      in.pastKey = shape(4);
-      in.pastValue = shape(5);
-      in.nonpadKvSeqlen = shape(6);
-    } else {
-      in.nonpadKvSeqlen = shape(q + 4);
-    }
-    if (!in.q || !in.k || !in.v) continue;
-    auto d = cpu::attentionDims(*attrs, in);
+    if (op.type() != "Attention" && op.type() != "megac.AttentionGrad") continue;
+    auto d = attentionOpDims(p, op);
     if (!d) {
       llvm::consumeError(d.takeError());
       continue;
     }
-    fn(*d, q == 1, attentionOperandsPlain(p, op));
+    fn(*d, op.type() == "megac.AttentionGrad", attentionOperandsPlain(p, op));
   }
 }
 

@@ -49,6 +49,9 @@ inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 // attention: materializedAttentionBytes, or where a bf16 plan runs it fused
 // (plan::runsFused) plan::fusedAttentionWorkspaceBytes.
 int64_t attentionWorkspaceBytes(const Program &p, bool bf16);
+// The dims of an Attention or megac.AttentionGrad op of p, from the types of
+// its inputs and its attributes; an error naming the op where they are not valid.
+llvm::Expected<cpu::AttentionDims> attentionOpDims(const Program &p, const Program::Op &op);
 // What plan::runsFused calls plain operands for an Attention or
 // megac.AttentionGrad op: f32 Q, K, V (and dY), no attn_mask, past cache or
 // nonpad_kv_seqlen input, and (forward) no output but Y.
