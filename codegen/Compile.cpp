@@ -12,8 +12,7 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   auto g = frontend::importOnnx(modelPath, import);
   if (!g) return g.takeError();
   std::vector<std::string> pipeline = passes::importPipeline();
-  pipeline.push_back("append-loss");
-  if (passOpts.fuseLinearCrossEntropy) pipeline.push_back("fuse-linear-cross-entropy");
+  for (const std::string &p : passes::lossPipeline(passOpts)) pipeline.push_back(p);
   for (const char *p : {"partition-units", "verify"}) pipeline.push_back(p);
   if (auto e = passes::runPipeline(**g, pipeline, passOpts)) return std::move(e);
   CodegenOptions opts = co;

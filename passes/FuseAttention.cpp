@@ -22,6 +22,7 @@
 // the NaN guard. The ops left without users are removed.
 #include "ir/OpSchema.h"
 #include "passes/AttentionMask.h"
+#include "passes/Match.h"
 #include "passes/Pass.h"
 #include "runtime/cpu/NormAttentionShapes.h"
 
@@ -56,7 +57,7 @@ Shape transposed(const Shape &s, const std::vector<int64_t> &perm) {
 class AttentionMatcher {
 public:
   AttentionMatcher(Graph &g, const PassOptions &opts)
-      : g_(g), opts_(opts), users_(g.computeUsers()), isOutput_(g.values.size(), false) {
+      : g_(g), opts_(opts), mt_(g), users_(g.computeUsers()), isOutput_(g.values.size(), false) {
     for (ValueId o : g.outputs) isOutput_[size_t(o)] = true;
   }
 
@@ -83,11 +84,6 @@ private:
   bool onlyUsedBy(ValueId v, int32_t user) const {
     return !isOutput_[size_t(v)] && users_[size_t(v)].size() == 1 && users_[size_t(v)][0] == user;
   }
-  bool isNoOp(const Op &op) const {
-    if (op.inputs.size() != 1 || op.outputs.size() != 1) return false;
-    if (op.type == "Identity") return true;
-    return op.type == "Cast" && g_.type(op.inputs[0]) == g_.type(op.outputs[0]);
-  }
   // A float constant with one element, as a double.
   std::optional<double> scalarConst(ValueId v) {
     const Tensor *t = v == kNoValue ? nullptr : g_.constValue(v);
@@ -107,15 +103,11 @@ private:
     }
     return std::nullopt;
   }
-  ValueId throughNoOps(ValueId v) const {
-    for (const Op *op = def(v); op && isNoOp(*op); op = def(v)) v = op->inputs[0];
-    return v;
-  }
   // Follows no-ops and scalar Mul/Div back from v (on Q or K, where other
   // users do not matter), multiplying factor.
   ValueId throughScalars(ValueId v, double &factor) {
     while (const Op *op = def(v)) {
-      if (isNoOp(*op)) {
+      if (mt_.isNoOp(*op)) {
         v = op->inputs[0];
       } else if (auto f = scalarFactor(*op)) {
         factor *= f->second;
@@ -132,10 +124,10 @@ private:
   bool maskFromAdd(ValueId mask, const Shape &scores, DType dtype, AttentionMatch &m, bool &guardNeeded);
   bool maskFromWhere(const Op &where, const Shape &scores, AttentionMatch &m, bool &guardNeeded);
   std::optional<std::pair<ValueId, std::vector<int64_t>>> untransposed(ValueId kt, const Shape &want);
-  ValueId unrepeated(ValueId x);
 
   Graph &g_;
   const PassOptions &opts_;
+  Matcher mt_;
   MaskFactsCache masks_;
   std::vector<std::vector<int32_t>> users_;
   std::vector<bool> isOutput_;
@@ -149,7 +141,7 @@ bool AttentionMatcher::probabilities(ValueId p, int32_t user, int32_t &softmax, 
     const Op *op = def(p);
     if (!op || !onlyUsedBy(p, user)) return false;
     int32_t idx = defIndex(p);
-    if (isNoOp(*op)) {
+    if (mt_.isNoOp(*op)) {
       p = op->inputs[0], user = idx;
       continue;
     }
@@ -243,7 +235,7 @@ bool AttentionMatcher::scores(ValueId x, int32_t user, AttentionMatch &m, int32_
     const Op *op = def(x);
     if (!op || !onlyUsedBy(x, user) || op->outputs.size() != 1) return false;
     int32_t idx = defIndex(x);
-    if (isNoOp(*op)) {
+    if (mt_.isNoOp(*op)) {
       x = op->inputs[0], user = idx;
       continue;
     }
@@ -294,7 +286,7 @@ std::optional<std::pair<ValueId, std::vector<int64_t>>> AttentionMatcher::untran
   // No-ops, and reshapes that only regroup the dims before the last two.
   auto batchReshapeInput = [&](ValueId v) -> ValueId {
     const Op *op = def(v);
-    if (op && isNoOp(*op)) return op->inputs[0];
+    if (op && mt_.isNoOp(*op)) return op->inputs[0];
     if (!op || (op->type != "Reshape" && op->type != "Unsqueeze" && op->type != "Squeeze")) return kNoValue;
     const Shape &in = shape(op->inputs[0]), &out = shape(v);
     if (in.size() < 2 || out.size() < 2 || numElements(in) != numElements(out)) return kNoValue;
@@ -327,28 +319,6 @@ std::optional<std::pair<ValueId, std::vector<int64_t>>> AttentionMatcher::untran
   }
   if (shape(kt).size() != 4) return std::nullopt;
   return std::make_pair(kt, std::vector<int64_t>{0, 1, 3, 2});
-}
-
-// x = Reshape(Expand(Unsqueeze(y, 2) as [B, kvH, 1, S, D]) to [B, kvH, n, S, D])
-// as [B, kvH * n, S, D] (repeat_kv): y. Else x itself.
-ValueId AttentionMatcher::unrepeated(ValueId x) {
-  const Shape &xs = shape(x);
-  const Op *reshape = def(throughNoOps(x));
-  if (xs.size() != 4 || !reshape || reshape->type != "Reshape") return x;
-  ValueId expanded = throughNoOps(reshape->inputs[0]);
-  const Shape &es = shape(expanded);
-  const Op *expand = def(expanded);
-  if (es.size() != 5 || !expand || expand->type != "Expand") return x;
-  const int64_t kvHeads = es[1], groups = es[2];
-  if (es != Shape{xs[0], kvHeads, groups, xs[2], xs[3]} || kvHeads * groups != xs[1]) return x;
-  ValueId one = throughNoOps(expand->inputs[0]);
-  const Op *unsqueeze = def(one);
-  if (shape(one) != Shape{xs[0], kvHeads, 1, xs[2], xs[3]} || !unsqueeze ||
-      (unsqueeze->type != "Unsqueeze" && unsqueeze->type != "Reshape"))
-    return x;
-  ValueId y = throughNoOps(unsqueeze->inputs[0]);
-  if (shape(y) != Shape{xs[0], kvHeads, xs[2], xs[3]}) return x;
-  return y;
 }
 
 std::optional<AttentionMatch> AttentionMatcher::match(int32_t pv) {
@@ -385,7 +355,7 @@ std::optional<AttentionMatch> AttentionMatcher::match(int32_t pv) {
   const Shape &vs = shape(m.v);
   if (vs.size() != 4 || vs[0] != qs[0] || vs[1] != qs[1]) return std::nullopt;
   if (m.kPerm.empty()) {
-    ValueId k1 = unrepeated(m.k), v1 = unrepeated(m.v);
+    ValueId k1 = mt_.unrepeatedKV(m.k), v1 = mt_.unrepeatedKV(m.v);
     if (k1 != m.k && v1 != m.v && shape(k1)[1] == shape(v1)[1]) m.k = k1, m.v = v1;
   }
   if (!(float(m.scale) > 0) || !std::isfinite(float(m.scale))) return std::nullopt;

@@ -29,6 +29,37 @@ bool Matcher::onlyUsedBy(ValueId v, const Op *user) const {
   return u.size() == 1 && &g_.ops[size_t(u[0])] == user;
 }
 
+bool Matcher::isNoOp(const Op &op) const {
+  if (op.inputs.size() != 1 || op.outputs.size() != 1 || op.inputs[0] == kNoValue) return false;
+  if (op.type == "Identity") return true;
+  return op.type == "Cast" && g_.type(op.inputs[0]) == g_.type(op.outputs[0]);
+}
+
+ValueId Matcher::throughNoOps(ValueId v) const {
+  for (const Op *op = def(v); op && isNoOp(*op); op = def(v)) v = op->inputs[0];
+  return v;
+}
+
+ValueId Matcher::unrepeatedKV(ValueId x) const {
+  const Shape &xs = shape(x);
+  const Op *reshape = def(throughNoOps(x));
+  if (xs.size() != 4 || !reshape || reshape->type != "Reshape") return x;
+  ValueId expanded = throughNoOps(reshape->inputs[0]);
+  const Shape &es = shape(expanded);
+  const Op *expand = def(expanded);
+  if (es.size() != 5 || !expand || expand->type != "Expand") return x;
+  const int64_t kvHeads = es[1], groups = es[2];
+  if (es != Shape{xs[0], kvHeads, groups, xs[2], xs[3]} || kvHeads * groups != xs[1]) return x;
+  ValueId one = throughNoOps(expand->inputs[0]);
+  const Op *unsqueeze = def(one);
+  if (shape(one) != Shape{xs[0], kvHeads, 1, xs[2], xs[3]} || !unsqueeze ||
+      (unsqueeze->type != "Unsqueeze" && unsqueeze->type != "Reshape"))
+    return x;
+  ValueId y = throughNoOps(unsqueeze->inputs[0]);
+  if (shape(y) != Shape{xs[0], kvHeads, xs[2], xs[3]}) return x;
+  return y;
+}
+
 std::optional<double> Matcher::scalarConst(ValueId v) {
   if (v == kNoValue) return std::nullopt;
   const Tensor *t = g_.constValue(v);

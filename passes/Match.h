@@ -23,6 +23,14 @@ public:
   // v feeds op `user` (in one or more operand slots) and nothing else, and
   // is no graph output: the fused op may drop it.
   bool onlyUsedBy(ir::ValueId v, const ir::Op *user) const;
+  // Identity, or a Cast to the type it has already.
+  bool isNoOp(const ir::Op &op) const;
+  // v, back through such no-ops.
+  ir::ValueId throughNoOps(ir::ValueId v) const;
+  // x = Reshape(Expand(Unsqueeze(y, 2) as [B, kvH, 1, S, D]) to
+  // [B, kvH, n, S, D]) as [B, kvH * n, S, D] (transformers' repeat_kv, the
+  // grouped-query heads written out): y. Else x itself.
+  ir::ValueId unrepeatedKV(ir::ValueId x) const;
   // A constant with one element (of any numeric dtype), as a double.
   std::optional<double> scalarConst(ir::ValueId v);
   // The other operand of the binary op `op` when one operand is v.

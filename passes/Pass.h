@@ -34,6 +34,9 @@ llvm::Error runPass(ir::Graph &g, llvm::StringRef name, const PassOptions &opts)
 
 // The passes that turn an imported ONNX graph into static, folded compute.
 const std::vector<std::string> &importPipeline();
+// What training adds to an imported graph before partitioning: the loss and
+// the rewrites of the products around it.
+std::vector<std::string> lossPipeline(const PassOptions &opts);
 llvm::Error runPipeline(ir::Graph &g, const std::vector<std::string> &names, const PassOptions &opts);
 
 // Pass entry points (one file each).
@@ -46,13 +49,16 @@ llvm::Error eliminateDeadCode(ir::Graph &g, const PassOptions &opts);
 void markUnusedOpsDead(ir::Graph &g, const std::vector<ir::ValueId> &roots);
 llvm::Error fuseAttention(ir::Graph &g, const PassOptions &opts);
 llvm::Error simplifyAttentionMasks(ir::Graph &g, const PassOptions &opts);
+llvm::Error groupAttentionKV(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseRMSNorm(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseSwiGLU(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseGelu(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseRotary(ir::Graph &g, const PassOptions &opts);
+llvm::Error foldHeadTransposes(ir::Graph &g, const PassOptions &opts);
 llvm::Error verify(ir::Graph &g, const PassOptions &opts);
 llvm::Error appendLoss(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseLinearCrossEntropy(ir::Graph &g, const PassOptions &opts);
+llvm::Error foldTransposeIntoGemm(ir::Graph &g, const PassOptions &opts);
 llvm::Error differentiateLoss(ir::Graph &g, const PassOptions &opts);
 llvm::Error partitionUnits(ir::Graph &g, const PassOptions &opts);
 

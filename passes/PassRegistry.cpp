@@ -14,17 +14,24 @@ const std::vector<PassInfo> &allPasses() {
       {"simplify-attention-masks",
        "give Attention is_causal = 1 for a compile-time causal attn_mask and drop one that masks nothing",
        simplifyAttentionMasks},
+      {"group-attention-kv", "read K and V written out by repeat_kv as Attention's grouped kv heads (GQA)",
+       groupAttentionKV},
       {"fuse-rmsnorm", "rewrite x / sqrt(mean(x^2) + eps) * w written as separate ops into RMSNormalization",
        fuseRMSNorm},
       {"fuse-swiglu", "rewrite g * sigmoid(g) * u written as separate ops into megac.SwiGLU", fuseSwiGLU},
       {"fuse-gelu", "rewrite the tanh and erf GELU written as separate ops into Gelu", fuseGelu},
       {"fuse-rotary", "rewrite the rotate-half rotary embedding written as separate ops into RotaryEmbedding",
        fuseRotary},
+      {"fold-head-transposes",
+       "give Attention (and the rotaries feeding it) the 3-D [B, S, heads * D] form where transposes split and merge its heads",
+       foldHeadTransposes},
       {"verify", "check the IR's invariants", verify},
       {"append-loss", "append the mean token cross-entropy against a new `targets` input", appendLoss},
       {"fuse-linear-cross-entropy",
        "fuse the head's MatMul/Gemm into the loss (megac.LinearCrossEntropy: logits a chunk of rows at a time)",
        fuseLinearCrossEntropy},
+      {"fold-transpose-into-gemm", "rewrite MatMul(A, Transpose(W)) with a 2-D W into Gemm(A, W) {transB = 1}",
+       foldTransposeIntoGemm},
       {"partition-units", "split the model into stream units (embedding, each layer, head) by structure",
        partitionUnits},
       {"autodiff", "append d(loss)/d(parameter) for every parameter as graph outputs", differentiateLoss},
@@ -46,9 +53,17 @@ llvm::Error runPass(ir::Graph &g, llvm::StringRef name, const PassOptions &opts)
 
 const std::vector<std::string> &importPipeline() {
   static const std::vector<std::string> p = {
-      "classify-params", "specialize",   "lower-sequences", "specialize", "fold-nan-guards",
-      "dce",             "fuse-attention", "simplify-attention-masks",    "fuse-rmsnorm",    "fuse-swiglu",
-      "fuse-gelu",       "fuse-rotary",  "dce",             "verify"};
+      "classify-params", "specialize",           "lower-sequences", "specialize",  "fold-nan-guards",
+      "dce",             "fuse-attention",       "simplify-attention-masks",        "group-attention-kv",
+      "fuse-rmsnorm",    "fuse-swiglu",          "fuse-gelu",       "fuse-rotary", "fold-head-transposes",
+      "dce",             "verify"};
+  return p;
+}
+
+std::vector<std::string> lossPipeline(const PassOptions &opts) {
+  std::vector<std::string> p = {"append-loss"};
+  if (opts.fuseLinearCrossEntropy) p.push_back("fuse-linear-cross-entropy"); // before the head's product is a Gemm
+  p.push_back("fold-transpose-into-gemm");
   return p;
 }
 

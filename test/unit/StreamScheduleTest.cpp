@@ -152,12 +152,17 @@ TEST(StreamSchedule, LlamaRegions) {
     if (p.activations(a).kind() == plan::Activation::DATA_TOKENS || p.activations(a).kind() == plan::Activation::DATA_TARGETS) {
       EXPECT_EQ(life(R::DATA, a), std::make_pair(0, 21));
     }
-  // cuBLASLt's 32 MiB and the largest op's scratch: megac.LinearCrossEntropy's
-  // (one chunk of fp32 logits [32, 256], each row's loss and count) exceeds
-  // two fp32 score matrices [B=2, H=4, 16, 16] (the import pipeline fuses the
-  // eager attention into an Attention op).
+  // cuBLASLt's 32 MiB and the largest op's scratch: the attention
+  // gradient's (the import pipeline fuses the eager attention into a 3-D
+  // Attention op): two fp32 score matrices of 2 x 2 kv-head units, each 2 x 16
+  // stacked query rows by 16 keys, and its operands gathered to [B, H, S, D]
+  // (Q, Y, dQ with 4 heads; K, V, dK, dV with 2). It exceeds
+  // megac.LinearCrossEntropy's (one chunk of fp32 logits [32, 256], each
+  // row's loss and count).
+  const int64_t attentionScratch = 2 * (2 * 2 * 32 * 16 * 4) + 3 * (2 * 4 * 16 * 16 * 4) + 4 * (2 * 2 * 16 * 16 * 4);
   EXPECT_EQ(plan::linearCrossEntropyWorkspaceBytes(false, 32, 64, 256, 0, false), 32 * 256 * 4 + 2 * 256);
-  EXPECT_EQ(region(s, R::WORKSPACE, 0)->bytes(), (32 << 20) + 32 * 256 * 4 + 2 * 256);
+  EXPECT_GT(attentionScratch, 32 * 256 * 4 + 2 * 256);
+  EXPECT_EQ(region(s, R::WORKSPACE, 0)->bytes(), (32 << 20) + attentionScratch);
   int64_t arena = 0;
   for (const plan::Template &t : p.templates()) arena = std::max({arena, t.forward().arena_bytes(), t.backward().arena_bytes()});
   EXPECT_EQ(region(s, R::ARENA, 0)->bytes(), arena);
@@ -194,20 +199,26 @@ TEST(StreamSchedule, AttentionWorkspaceIsTwoScoreMatrices) {
   for (const plan::Template &t : p->templates())
     for (const plan::Program::Op &op : t.backward().ops()) attention += op.type() == "megac.AttentionGrad";
   if (attention == 0) GTEST_SKIP() << "llama_op23 has no Attention op";
-  // [B=2, H=4, 16, 16] fp32, twice, plus 32 MiB.
-  EXPECT_EQ(plan::workspaceBudgetBytes(*p), 2 * 2 * 4 * 16 * 16 * 4 + (32 << 20));
+  // The export's Attention reads 3-D operands (fold-head-transposes) with its
+  // 2 kv heads grouped (fuse-attention-gqa): B=2 x 2 kv-head units, each 2 x
+  // 16 stacked query rows by 16 keys. The gradient: two fp32 score matrices
+  // (2048 floats each), and its operands gathered to [B, H, S, D]: Q, Y and
+  // dQ (2048 floats each), K, V, dK and dV (1024 each). Plus 32 MiB.
+  const int64_t scores = 4 * 32 * 16 * 4, q = 2 * 4 * 16 * 16 * 4, kv = 2 * 2 * 16 * 16 * 4;
+  const int64_t grad = 2 * scores + 3 * q + 4 * kv, forward = scores + 2 * q + 2 * kv;
+  EXPECT_EQ(plan::workspaceBudgetBytes(*p), grad + (32 << 20));
   // bf16 plans add room for the bf16 copies of operands: in the gradient
-  // only dO V^T's, dO and V [2, 4, 16, 16] (head size 16; the export repeats
-  // the 2 kv heads to 4 before the op); every other product's copies fit in a
-  // free score matrix (P's 2048 elements and dO's, K's or Q's 2048: 8 KiB).
+  // only dO V^T's, dO (2048 elements) and V (1024); every other product's
+  // copies fit in a free score matrix.
   for (const plan::Template &t : p->templates()) {
-    bool grad = false;
-    for (const plan::Program::Op &op : t.backward().ops()) grad |= op.type() == "megac.AttentionGrad";
-    if (!grad) continue;
-    EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), false), 2 * 2 * 4 * 16 * 16 * 4);
-    EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), true), 2 * 2 * 4 * 16 * 16 * 4 + 2 * (2048 + 2048));
-    // The forward: one score matrix, then Q K^T's or P V's copies (2048 + 2048 elements each).
-    EXPECT_EQ(plan::attentionWorkspaceBytes(t.forward(), true), 2 * 4 * 16 * 16 * 4 + 2 * (2048 + 2048));
+    bool hasGrad = false;
+    for (const plan::Program::Op &op : t.backward().ops()) hasGrad |= op.type() == "megac.AttentionGrad";
+    if (!hasGrad) continue;
+    EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), false), grad);
+    EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), true), grad + 2 * (2048 + 1024));
+    // The forward: one score matrix and Q, K, V, Y gathered, then Q K^T's or
+    // P V's copies (2048 + 1024 elements each).
+    EXPECT_EQ(plan::attentionWorkspaceBytes(t.forward(), true), forward + 2 * (2048 + 1024));
   }
 }
 
@@ -226,29 +237,35 @@ TEST(StreamSchedule, FusedAttentionIsBudgetedItsOwnWorkspace) {
   for (const plan::Template &t : p->templates())
     for (const plan::Program::Op &op : t.backward().ops()) {
       if (op.type() != "megac.AttentionGrad") continue;
-      // [B=2, H=4 (the export repeats the 2 kv heads), 256, head size 16].
-      EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), false), 2 * 2 * 4 * 256 * 256 * 4);
+      // [B=2, H=4 over 2 kv heads, 256, head size 16], 3-D: the fp32 path
+      // takes two score matrices (2 x 2 units, 2 x 256 rows, 256 keys) and
+      // its operands gathered (Q, Y, dQ: 128 KiB each; K, V, dK, dV: 64 KiB).
+      EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), false),
+                2 * (4 * 512 * 256 * 4) + 3 * 131072 + 4 * 65536);
       EXPECT_EQ(plan::attentionWorkspaceBytes(t.backward(), true),
-                plan::fusedAttentionWorkspaceBytes(2, 4, 4, 256, 16, 16, true));
+                plan::fusedAttentionWorkspaceBytes(2, 4, 2, 256, 16, 16, true));
       EXPECT_EQ(plan::attentionWorkspaceBytes(t.forward(), true),
-                plan::fusedAttentionWorkspaceBytes(2, 4, 4, 256, 16, 16, false));
+                plan::fusedAttentionWorkspaceBytes(2, 4, 2, 256, 16, 16, false));
       ++checked;
     }
   if (checked == 0) GTEST_SKIP() << "llama_op23 has no Attention op";
-  // bf16 plans also hold the forward's residue for the gradient: bf16 Q, K,
-  // V, Y (4 x 64 KiB) and the stats (8 KiB), past the kernels' scratch.
+  // bf16 plans also hold the forward's residue for the gradient: bf16 Q and
+  // Y (2 x 64 KiB), K and V (2 x 32 KiB) and the stats (8 KiB), past the
+  // kernels' scratch.
+  const int64_t stash = 2 * 65536 + 2 * 32768 + 8192;
   EXPECT_EQ(plan::attentionStashBytes(*p), 0) << "an " << p->compute() << " plan";
   plan::Plan bf16 = *p;
   bf16.set_compute("bf16");
-  EXPECT_EQ(plan::attentionStashBytes(bf16), 4 * 65536 + 8192);
-  EXPECT_EQ(plan::fusedAttentionStashBytes(2, 4, 4, 256, 16, 16), 4 * 65536 + 8192);
+  EXPECT_EQ(plan::attentionStashBytes(bf16), stash);
+  EXPECT_EQ(plan::fusedAttentionStashBytes(2, 4, 2, 256, 16, 16), stash);
   EXPECT_GE(plan::workspaceBudgetBytes(bf16),
-            plan::fusedAttentionWorkspaceBytes(2, 4, 4, 256, 16, 16, true) + 4 * 65536 + 8192 + (32 << 20));
-  // bf16 copies of Q, K, V, Y, dY, dQ, dK, dV (8 x 64 KiB), the stats and
-  // row sums (2 x 8 KiB), the fp32 dQ accumulator (128 KiB) and cuDNN's own
-  // (one more such accumulator, 1 MiB spare): 1.8 MiB, against 4 MiB of scores.
-  EXPECT_EQ(plan::fusedAttentionWorkspaceBytes(2, 4, 4, 256, 16, 16, true),
-            8 * 65536 + 2 * 8192 + 131072 + 131072 + (1 << 20));
+            plan::fusedAttentionWorkspaceBytes(2, 4, 2, 256, 16, 16, true) + stash + (32 << 20));
+  // bf16 copies of Q, Y, dY, dQ (4 x 64 KiB) and K, V, dK, dV (4 x 32 KiB),
+  // the stats and row sums (2 x 8 KiB), the fp32 dQ accumulator (128 KiB)
+  // and cuDNN's own (one more such accumulator, 1 MiB spare): 1.6 MiB,
+  // against 4 MiB of scores.
+  EXPECT_EQ(plan::fusedAttentionWorkspaceBytes(2, 4, 2, 256, 16, 16, true),
+            4 * 65536 + 4 * 32768 + 2 * 8192 + 131072 + 131072 + (1 << 20));
 }
 
 // Attention on materialized scores takes the query rows a chunk at a time

@@ -57,8 +57,9 @@ int runGrad() {
   if (!g) return reportError(g.takeError());
   ir::Graph &graph = **g;
   std::string inputName = graph.value(graph.inputs[0]).name;
-  if (auto e = passes::runPipeline(graph, {"append-loss", "fuse-linear-cross-entropy", "autodiff", "dce", "verify"}, flags->passes))
-    return reportError(std::move(e));
+  std::vector<std::string> pipeline = passes::lossPipeline(flags->passes);
+  for (const char *p : {"autodiff", "dce", "verify"}) pipeline.push_back(p);
+  if (auto e = passes::runPipeline(graph, pipeline, flags->passes)) return reportError(std::move(e));
   Tensor tgt = *targets;
   if (tgt.dtype() != DType::I64) {
     Tensor t64(DType::I64, tgt.shape());
