@@ -43,15 +43,16 @@ struct HeadMatch {
 
 class HeadMatcher {
 public:
-  explicit HeadMatcher(Graph &g) : g_(g), mt_(g), users_(g.computeUsers()) {}
+  explicit HeadMatcher(Graph &g) : g_(g), mt_(g) {}
 
   std::optional<HeadMatch> match(int32_t at) {
     const Op &att = g_.ops[size_t(at)];
     if (att.inputs.size() < 3 || att.outputs.empty()) return std::nullopt;
     for (size_t i = 4; i < att.inputs.size(); ++i)
-      if (att.inputs[i] != kNoValue) return std::nullopt; // past cache, nonpad_kv_seqlen
+      if (hasInput(att, i)) return std::nullopt; // past cache, nonpad_kv_seqlen
     for (size_t i = 1; i < att.outputs.size(); ++i)
-      if (att.outputs[i] != kNoValue && !users_[size_t(att.outputs[i])].empty()) return std::nullopt;
+      if (att.outputs[i] != kNoValue && (!mt_.users(att.outputs[i]).empty() || mt_.isOutput(att.outputs[i])))
+        return std::nullopt;
     HeadMatch m;
     m.attention = at;
     for (size_t i = 0; i < 3; ++i) {
@@ -60,8 +61,8 @@ public:
       m.qkv[i] = *o;
     }
     const ValueId y = att.outputs[0];
-    if (y == kNoValue || isGraphOutput(y) || mt_.shape(y).size() != 4) return std::nullopt;
-    for (int32_t u : users_[size_t(y)]) {
+    if (y == kNoValue || mt_.isOutput(y) || mt_.shape(y).size() != 4) return std::nullopt;
+    for (int32_t u : mt_.users(y)) {
       const Op &t = g_.ops[size_t(u)];
       if (t.type != "Transpose" || t.inputs.size() != 1 || t.attrs.getInts("perm", {}) != kSwapHeadsAndSeq)
         return std::nullopt;
@@ -72,12 +73,6 @@ public:
   }
 
 private:
-  bool isGraphOutput(ValueId v) const {
-    for (ValueId o : g_.outputs)
-      if (o == v) return true;
-    return false;
-  }
-
   // v [B, H, S, D] = Transpose(t) {perm [0, 2, 1, 3]}: t.
   ValueId headsFirst(ValueId v) const {
     const Op *t = mt_.defOf(v, "Transpose", 1);
@@ -103,7 +98,6 @@ private:
 
   Graph &g_;
   Matcher mt_;
-  std::vector<std::vector<int32_t>> users_;
 };
 
 class Rewriter {

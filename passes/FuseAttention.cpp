@@ -57,9 +57,7 @@ Shape transposed(const Shape &s, const std::vector<int64_t> &perm) {
 class AttentionMatcher {
 public:
   AttentionMatcher(Graph &g, const PassOptions &opts)
-      : g_(g), opts_(opts), mt_(g), users_(g.computeUsers()), isOutput_(g.values.size(), false) {
-    for (ValueId o : g.outputs) isOutput_[size_t(o)] = true;
-  }
+      : g_(g), opts_(opts), mt_(g) {}
 
   // The fusion of the P V product at op index pv, if its inputs are attention.
   std::optional<AttentionMatch> match(int32_t pv);
@@ -82,7 +80,7 @@ private:
   const Shape &shape(ValueId v) const { return g_.type(v).shape; }
   // v feeds op `user` and nothing else (not a graph output either).
   bool onlyUsedBy(ValueId v, int32_t user) const {
-    return !isOutput_[size_t(v)] && users_[size_t(v)].size() == 1 && users_[size_t(v)][0] == user;
+    return !mt_.isOutput(v) && mt_.users(v).size() == 1 && mt_.users(v)[0] == user;
   }
   // A float constant with one element, as a double.
   std::optional<double> scalarConst(ValueId v) {
@@ -129,8 +127,6 @@ private:
   const PassOptions &opts_;
   Matcher mt_;
   MaskFactsCache masks_;
-  std::vector<std::vector<int32_t>> users_;
-  std::vector<bool> isOutput_;
 };
 
 // Back from the P of P V to the Softmax over the last axis, through no-ops
@@ -151,8 +147,8 @@ bool AttentionMatcher::probabilities(ValueId p, int32_t user, int32_t &softmax, 
       const Op *isNan = def(op->inputs[0]);
       auto zero = scalarConst(op->inputs[1]);
       if (!isNan || isNan->type != "IsNaN" || isNan->inputs[0] != s || !zero || *zero != 0) return false;
-      if (!onlyUsedBy(op->inputs[0], idx) || isOutput_[size_t(s)] || users_[size_t(s)].size() != 2) return false;
-      for (int32_t u : users_[size_t(s)])
+      if (!onlyUsedBy(op->inputs[0], idx) || mt_.isOutput(s) || mt_.users(s).size() != 2) return false;
+      for (int32_t u : mt_.users(s))
         if (u != idx && u != defIndex(op->inputs[0])) return false;
       if (g_.type(s) != g_.type(p)) return false;
       guarded = true;

@@ -21,15 +21,14 @@ llvm::Error groupAttentionKV(Graph &g, const PassOptions &) {
   std::vector<Grouped> found;
   {
     Matcher mt(g);
-    const auto users = g.computeUsers();
     auto unused = [&](const Op &op, size_t i) {
-      return i >= op.outputs.size() || op.outputs[i] == kNoValue || users[size_t(op.outputs[i])].empty();
+      return i >= op.outputs.size() || op.outputs[i] == kNoValue ||
+             (mt.users(op.outputs[i]).empty() && !mt.isOutput(op.outputs[i]));
     };
     for (size_t i = 0; i < g.ops.size(); ++i) {
       const Op &op = g.ops[i];
       if (op.dead || op.type != "Attention" || op.inputs.size() < 3) continue;
-      if ((op.inputs.size() > 4 && op.inputs[4] != kNoValue) || (op.inputs.size() > 5 && op.inputs[5] != kNoValue))
-        continue;
+      if (hasInput(op, 4) || hasInput(op, 5)) continue; // past_key, past_value
       if (!unused(op, 1) || !unused(op, 2)) continue;
       const ValueId k = op.inputs[1], v = op.inputs[2];
       if (k == kNoValue || v == kNoValue || mt.shape(k).size() != 4 || mt.shape(v).size() != 4) continue;

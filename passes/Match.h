@@ -20,6 +20,9 @@ public:
   const ir::Op *defOf(ir::ValueId v, const char *type, size_t numInputs) const;
   const ir::TensorType &type(ir::ValueId v) const { return g_.type(v); }
   const Shape &shape(ir::ValueId v) const { return g_.type(v).shape; }
+  // The live ops reading v (op indices), and whether v is a graph output.
+  const std::vector<int32_t> &users(ir::ValueId v) const { return users_[size_t(v)]; }
+  bool isOutput(ir::ValueId v) const { return isOutput_[size_t(v)]; }
   // v feeds op `user` (in one or more operand slots) and nothing else, and
   // is no graph output: the fused op may drop it.
   bool onlyUsedBy(ir::ValueId v, const ir::Op *user) const;
@@ -54,6 +57,9 @@ private:
   std::vector<std::vector<int32_t>> users_;
   std::vector<bool> isOutput_;
 };
+
+// Whether op has input i (optional inputs may be absent or kNoValue).
+inline bool hasInput(const ir::Op &op, size_t i) { return i < op.inputs.size() && op.inputs[i] != ir::kNoValue; }
 
 // |a - b| <= rel * |b|: for constants the exporters round to f32.
 inline bool nearlyEqual(double a, double b, double rel = 1e-6) {

@@ -8,6 +8,7 @@
 // only where the result is the same: no past cache (queries and keys align),
 // and no qk_matmul_output, which would show the mask.
 #include "passes/AttentionMask.h"
+#include "passes/Match.h"
 #include "passes/Pass.h"
 #include "runtime/cpu/NormAttentionShapes.h"
 
@@ -19,11 +20,9 @@ namespace {
 
 constexpr size_t kMaskInput = 3, kPastKeyInput = 4, kPastValueInput = 5;
 
-bool present(const Op &op, size_t i) { return i < op.inputs.size() && op.inputs[i] != kNoValue; }
-
 // Whether op's mask could be simplified, and how; false where it is left.
 bool simplify(Graph &g, Op &op, MaskFactsCache &masks, const PassOptions &opts) {
-  if (!present(op, kMaskInput) || present(op, kPastKeyInput) || present(op, kPastValueInput)) return false;
+  if (!hasInput(op, kMaskInput) || hasInput(op, kPastKeyInput) || hasInput(op, kPastValueInput)) return false;
   if (op.outputs.size() > 3 && op.outputs[3] != kNoValue) return false;
   Shape q = g.type(op.inputs[0]).shape, k = g.type(op.inputs[1]).shape, v = g.type(op.inputs[2]).shape,
         m = g.type(op.inputs[kMaskInput]).shape;

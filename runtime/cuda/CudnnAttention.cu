@@ -492,8 +492,16 @@ struct CachedPlan {
   mutable bool warnedSmall = false; // the "workspace too small" note was printed (under cacheMutex())
 };
 
-using PlanKey = std::tuple<uintptr_t, int, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, bool, bool, uint32_t,
-                           bool>; // handle, device, B, Hq, Hkv, S, D, Dv, bshd, causal, scale bits, backward
+// A problem's sizes, layout, mask and scale bits: what a plan is built for
+// (with its handle, device and direction), and what a stash was left by.
+std::array<uint64_t, 9> problemOf(const SdpaShape &s) {
+  uint32_t scaleBits = 0;
+  std::memcpy(&scaleBits, &s.scale, sizeof scaleBits);
+  return {uint64_t(s.batch), uint64_t(s.qHeads), uint64_t(s.kvHeads), uint64_t(s.seq), uint64_t(s.headDim),
+          uint64_t(s.vHeadDim), uint64_t(s.bshd), uint64_t(s.causal), scaleBits};
+}
+
+using PlanKey = std::tuple<uintptr_t, int, std::array<uint64_t, 9>, bool>; // handle, device, problem, backward
 
 // Never destroyed: test contexts drop their plans from static destructors.
 std::mutex &cacheMutex() {
@@ -541,10 +549,7 @@ std::unique_ptr<CachedPlan> buildPlan(cudnnHandle_t handle, const SdpaShape &s, 
 const CachedPlan *planFor(GpuContext &ctx, const SdpaShape &s, bool backward) {
   int device = 0;
   cudaGetDevice(&device);
-  uint32_t scaleBits = 0;
-  std::memcpy(&scaleBits, &s.scale, sizeof scaleBits);
-  const PlanKey key{reinterpret_cast<uintptr_t>(ctx.dnn), device, s.batch, s.qHeads, s.kvHeads, s.seq, s.headDim,
-                    s.vHeadDim, s.bshd, s.causal, scaleBits, backward};
+  const PlanKey key{reinterpret_cast<uintptr_t>(ctx.dnn), device, problemOf(s), backward};
   std::lock_guard<std::mutex> lock(cacheMutex());
   auto &cache = planCache();
   auto it = cache.find(key);
@@ -679,13 +684,6 @@ llvm::Error enqueueBackward(GpuContext &ctx, const SdpaShape &s, const CachedPla
   out.add(b.dk, dk, B * K * S * D);
   out.add(b.dv, dv, B * K * S * Dv);
   return convert<__nv_bfloat16, float>(ctx.stream, out);
-}
-
-std::array<uint64_t, 9> problemOf(const SdpaShape &s) {
-  uint32_t scaleBits = 0;
-  std::memcpy(&scaleBits, &s.scale, sizeof scaleBits);
-  return {uint64_t(s.batch), uint64_t(s.qHeads), uint64_t(s.kvHeads), uint64_t(s.seq), uint64_t(s.headDim),
-          uint64_t(s.vHeadDim), uint64_t(s.bshd), uint64_t(s.causal), scaleBits};
 }
 
 // The stash's residue where a forward of this run left it for `source`, else false.
