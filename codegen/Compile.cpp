@@ -2,6 +2,7 @@
 
 #include "codegen/Budget.h"
 #include "codegen/RecomputePolicy.h"
+#include "codegen/ResidentPolicy.h"
 #include "runtime/plan/PlanChecker.h"
 
 namespace megac::codegen {
@@ -21,6 +22,7 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   auto plan = buildPlan(**g, opts);
   if (!plan) return plan.takeError();
   if (auto e = plan::applyNoDecay(*plan)) return std::move(e);
+  if (auto e = applyResidentPolicy(*plan, co.schedule)) return std::move(e);
   if (auto e = applyRecomputePolicy(*plan, co.schedule)) return std::move(e);
   return plan;
 }

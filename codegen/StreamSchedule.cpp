@@ -22,18 +22,22 @@ namespace {
 // waits for nothing: the previous step ended with every action finished).
 class ActionBuilder {
 public:
-  ActionBuilder(plan::StreamSchedule &s, int weightSlots, int gradSlots)
-      : s_(s), K_(weightSlots), G_(gradSlots), resident_(size_t(weightSlots), -1),
+  ActionBuilder(plan::StreamSchedule &s, const plan::Plan &p, int weightSlots, int gradSlots)
+      : s_(s), p_(p), K_(weightSlots), G_(gradSlots), resident_(size_t(weightSlots), -1),
         wFreeRecorded_(size_t(weightSlots), false), gFreeRecorded_(size_t(gradSlots), false),
-        sFreeRecorded_(size_t(gradSlots), false) {
+        sFreeRecorded_(size_t(gradSlots), false), slotOf_(size_t(p.units_size()), -1) {
     for (char kind : {'w', 'g', 's'}) {
       int n = kind == 'w' ? K_ : G_;
       for (int k = 0; k < n; ++k)
         for (bool ready : {true, false}) s_.add_events(plan::slotEventName(kind, k, ready));
     }
+    int streamed = 0;
+    for (int u = 0; u < p.units_size(); ++u)
+      if (!p.units(u).resident()) slotOf_[size_t(u)] = streamed++ % K_;
   }
 
-  int weightSlotOf(int unit) const { return unit % K_; }
+  // The i-th streamed unit's weight slot is i % K; a resident unit has none.
+  int weightSlotOf(int unit) const { return slotOf_[size_t(unit)]; }
 
   // Event ids: per slot kind, [k.ready, k.free] pairs; weight slots first,
   // then grad slots, then staging slots.
@@ -42,11 +46,12 @@ public:
     return base + 2 * slot + (ready ? 0 : 1);
   }
 
-  // H2D of a unit's weights into its slot (unit % K), unless they are still
-  // there: after the forward, the last K units' weights are still resident
-  // (the head's always, as it is both the last forward and the first
-  // backward unit), so their backward PREFETCH is skipped and BACKWARD reads
-  // the copy the forward used (the host master is not updated before).
+  // H2D of a streamed unit's weights into its slot, unless they are still
+  // there: after the forward, the last K streamed units' weights are still
+  // resident in their slots (the head's always, as it is both the last
+  // forward and the first backward unit), so their backward PREFETCH is
+  // skipped and BACKWARD reads the copy the forward used (the host master is
+  // not updated before).
   void prefetch(int unit) {
     int k = weightSlotOf(unit);
     if (resident_[size_t(k)] == unit) return;
@@ -60,26 +65,39 @@ public:
   int forward(int unit) {
     int k = weightSlotOf(unit);
     StreamAction *a = add(StreamAction::FORWARD, StreamAction::COMPUTE, unit);
-    a->set_weight_slot(k);
-    a->add_waits(event('w', k, true));
-    a->add_records(event('w', k, false));
-    wFreeRecorded_[size_t(k)] = true;
+    if (k >= 0) {
+      a->set_weight_slot(k);
+      a->add_waits(event('w', k, true));
+      a->add_records(event('w', k, false));
+      wFreeRecorded_[size_t(k)] = true;
+    }
     return s_.actions_size() - 1;
   }
 
   // BACKWARD into grad slot g, then OFFLOAD of slot g into staging slot g,
-  // then UPDATE from staging slot g. Returns the BACKWARD's index.
+  // then UPDATE from staging slot g; a resident unit's UPDATE reads grad slot
+  // g on the compute stream. Returns the BACKWARD's index.
   int backward(int unit, int g) {
     int k = weightSlotOf(unit);
     StreamAction *b = add(StreamAction::BACKWARD, StreamAction::COMPUTE, unit);
-    b->set_weight_slot(k);
     b->set_grad_slot(g);
-    b->add_waits(event('w', k, true));
+    if (k >= 0) {
+      b->set_weight_slot(k);
+      b->add_waits(event('w', k, true));
+    }
     if (gFreeRecorded_[size_t(g)]) b->add_waits(event('g', g, false));
-    b->add_records(event('w', k, false));
+    if (k >= 0) b->add_records(event('w', k, false));
     b->add_records(event('g', g, true));
     int index = s_.actions_size() - 1;
+    gFreeRecorded_[size_t(g)] = true;
 
+    if (k < 0) {
+      StreamAction *u = add(StreamAction::UPDATE, StreamAction::COMPUTE, unit);
+      u->set_grad_slot(g);
+      u->add_waits(event('g', g, true));
+      u->add_records(event('g', g, false));
+      return index;
+    }
     // The host blocks on s<g>.free (a CPU event) before issuing this copy.
     StreamAction *o = add(StreamAction::OFFLOAD, StreamAction::D2H, unit);
     o->set_grad_slot(g);
@@ -87,7 +105,6 @@ public:
     if (sFreeRecorded_[size_t(g)]) o->add_waits(event('s', g, false));
     o->add_records(event('g', g, false));
     o->add_records(event('s', g, true));
-    gFreeRecorded_[size_t(g)] = true;
 
     StreamAction *u = add(StreamAction::UPDATE, StreamAction::CPU, unit);
     u->set_grad_slot(g);
@@ -109,9 +126,11 @@ private:
   }
 
   plan::StreamSchedule &s_;
+  const plan::Plan &p_;
   int K_, G_;
   std::vector<int> resident_;
   std::vector<bool> wFreeRecorded_, gFreeRecorded_, sFreeRecorded_;
+  std::vector<int> slotOf_;
 };
 
 void addRegion(plan::StreamSchedule &s, DeviceRegion::Kind kind, int index, int64_t bytes, int first, int last) {
@@ -136,21 +155,27 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   s.set_grad_slots(G);
   s.set_gpu_budget_bytes(o.gpuBudgetBytes);
 
-  // Actions. PREFETCH(i+K-1) is issued before FORWARD(i), so the H2D stream
-  // runs K-1 units ahead of compute; the backward (units in reverse) the same.
-  ActionBuilder ab(s, K, G);
+  // Actions. PREFETCH of streamed unit i+K-1 is issued before the FORWARD of
+  // streamed unit i, so the H2D stream runs K-1 units ahead of compute; the
+  // backward (units in reverse) the same. Resident units need no PREFETCH.
+  ActionBuilder ab(s, p, K, G);
   std::vector<int> fwdAt(static_cast<size_t>(N)), bwdAt(static_cast<size_t>(N));
-  for (int i = 0; i < std::min(K - 1, N); ++i) ab.prefetch(i);
-  for (int i = 0; i < N; ++i) {
-    if (i + K - 1 < N) ab.prefetch(i + K - 1);
-    fwdAt[size_t(i)] = ab.forward(i);
-  }
-  auto backwardUnit = [&](int b) { return N - 1 - b; };
-  for (int b = 0; b < std::min(K - 1, N); ++b) ab.prefetch(backwardUnit(b));
-  for (int b = 0; b < N; ++b) {
-    if (b + K - 1 < N) ab.prefetch(backwardUnit(b + K - 1));
-    bwdAt[size_t(backwardUnit(b))] = ab.backward(backwardUnit(b), b % G);
-  }
+  auto issue = [&](const std::vector<int> &order, auto &&compute) {
+    std::vector<int> streamed;
+    for (int u : order)
+      if (!p.units(u).resident()) streamed.push_back(u);
+    size_t prefetched = 0, seen = 0;
+    for (size_t i = 0; i < order.size(); ++i) {
+      seen += !p.units(order[i]).resident();
+      for (; prefetched < streamed.size() && prefetched + 1 < seen + size_t(K); ++prefetched) ab.prefetch(streamed[prefetched]);
+      compute(i, order[i]);
+    }
+  };
+  std::vector<int> forwardOrder(static_cast<size_t>(N));
+  for (int i = 0; i < N; ++i) forwardOrder[size_t(i)] = i;
+  issue(forwardOrder, [&](size_t, int u) { fwdAt[size_t(u)] = ab.forward(u); });
+  std::vector<int> backwardOrder(forwardOrder.rbegin(), forwardOrder.rend());
+  issue(backwardOrder, [&](size_t b, int u) { bwdAt[size_t(u)] = ab.backward(u, int(b % size_t(G))); });
   const int last = s.actions_size() - 1;
 
   // Regions with their lifetimes (action indices, inclusive).
@@ -160,6 +185,8 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   s.set_pinned_staging_bytes(int64_t(G) * slotBytes);
   for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last);
   for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, slotBytes, 0, last);
+  for (int u = 0; u < N; ++u)
+    if (p.units(u).resident()) addRegion(s, DeviceRegion::RESIDENT, u, plan::residentLayout(p, u).bytes, 0, last);
 
   const int A = p.activations_size();
   std::vector<int> producer(size_t(A), -1);

@@ -20,10 +20,12 @@ struct ScheduleOptions {
   int64_t gpuBudgetBytes = plan::MachineProfile().usableGpuBytes(); // --gpu-mem
   int64_t hostBudgetBytes = 0; // --host-mem; 0: not checked
   Recompute recompute = Recompute::All; // --recompute
+  int residentUnits = 0;                 // --resident-units: leading units kept on the GPU (-1: auto; codegen/ResidentPolicy.h)
   plan::MachineProfile profile;          // the rates the recompute policy weighs units by (--profile)
 };
 
-// Fills plan.schedule. Needs the programs' arenas (assignArenas first).
+// Fills plan.schedule from the units' resident and keep_activations choices.
+// Needs the programs' arenas (assignArenas first).
 // Does not enforce the budget: device_bytes may exceed it (compile reports that).
 llvm::Error buildStreamSchedule(plan::Plan &plan, const ScheduleOptions &opts);
 

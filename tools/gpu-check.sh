@@ -15,11 +15,14 @@ status=0
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 if [ "${SANITIZE:-1}" = 1 ]; then
   SAN=/usr/local/cuda/bin/compute-sanitizer
-  # fp32 (megac's own kernels) and bf16 at seq 64 (cuDNN's fused attention).
-  .gpu/megac compile test/data/llama/model.onnx --batch 2 --seq 16 --compute fp32 -o "$OUT/llama.plan" >/dev/null
-  .gpu/megac compile test/data/llama/model.onnx --batch 2 --seq 64 --compute bf16 -o "$OUT/llama-bf16.plan" >/dev/null
+  # fp32 (megac's own kernels), bf16 at seq 64 (cuDNN's fused attention) and fp32 with resident units.
+  .gpu/megac compile test/data/llama/model.onnx --batch 2 --seq 16 --compute fp32 --resident-units 0 -o "$OUT/llama.plan" >/dev/null
+  .gpu/megac compile test/data/llama/model.onnx --batch 2 --seq 64 --compute bf16 --resident-units 0 -o "$OUT/llama-bf16.plan" >/dev/null
+  # Resident embed and layer.0: their AdamW on the compute stream.
+  .gpu/megac compile test/data/llama/model.onnx --batch 2 --seq 16 --compute fp32 --resident-units 2 \
+    -o "$OUT/llama-resident.plan" >/dev/null
   for tool in memcheck racecheck; do
-    for plan in llama llama-bf16; do
+    for plan in llama llama-bf16 llama-resident; do
       data="--input test/data/llama/ref/input_ids.pb --targets test/data/llama/ref/targets.pb"
       [ "$plan" = llama-bf16 ] && data="--text README.md"
       echo "== compute-sanitizer --tool $tool ($plan, 2 steps)"

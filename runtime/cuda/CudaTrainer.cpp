@@ -1,5 +1,6 @@
 #include "runtime/cuda/CudaTrainer.h"
 
+#include "runtime/cuda/AdamWKernels.h"
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuProgram.h"
 #include "runtime/cuda/OpTimer.h"
@@ -8,6 +9,7 @@
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
+#include "llvm/Support/ErrorHandling.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
@@ -77,6 +79,9 @@ public:
     if (timer_) timer_->print(os, timedSteps_);
   }
 
+protected:
+  void syncHostState() override;
+
 private:
   // Runs the schedule for one micro-batch (forward only when !backward).
   llvm::Error runMicroBatch(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale, float lr,
@@ -89,6 +94,13 @@ private:
   void runUpdate(const UpdateJob &job);
   void waitCpuEvent(int32_t e);
   llvm::Error drainOptimizer();
+  // The resident units' weights and moments: host -> GPU, and back.
+  llvm::Error copyResident(bool toDevice);
+  // Where a FORWARD or BACKWARD finds its unit's weights: its slot, or its RESIDENT region.
+  uint8_t *unitWeights(const plan::StreamAction &a, const plan::WeightLayout &lay, llvm::Error &e);
+  // A resident unit's UPDATE (compute stream): AdamW on the GPU, or with
+  // `grads` its gradients added there instead.
+  llvm::Error residentUpdate(int32_t unit, int32_t gradSlot, float lr, std::vector<float> *grads);
 
   const plan::StreamSchedule *sched_ = nullptr;
   std::vector<GpuProgram> forward_, backward_;
@@ -96,6 +108,13 @@ private:
   std::vector<plan::SavedLayout> saved_;                     // by template (empty without keep programs)
   std::vector<plan::WeightLayout> layouts_;
   std::vector<int64_t> hostBlock_; // per unit: element offset of its weights as one host block, or -1
+  std::vector<uint8_t *> resident_; // per unit: its RESIDENT region, or null where it streams
+  bool anyResident_ = false;
+  // Which side holds the resident units' newest state: the host after
+  // state() (the caller may write the arrays) or a step that updated on the
+  // host; the GPU after a step that updated them there.
+  bool hostNewer_ = true, deviceNewer_ = false;
+  std::vector<float> residentGrads_; // --clip/--grad-accum: a resident unit's gradients, read back
   GpuContext gpu_;
   cudaStream_t h2d_ = nullptr, d2h_ = nullptr;
   uint8_t *device_ = nullptr;      // the plan's device allocation
@@ -341,6 +360,18 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
       return err("unit '" + plan_.units(u).name() + "' needs " + llvm::Twine(layouts_.back().bytes) +
                  " bytes per slot; the plan's slots hold " + llvm::Twine(s.weight_slot_bytes()));
   }
+  resident_.assign(size_t(plan_.units_size()), nullptr);
+  for (int u = 0; u < plan_.units_size(); ++u) {
+    const plan::Unit &unit = plan_.units(u);
+    if (!unit.resident()) continue;
+    for (int32_t q : unit.parameters())
+      if (plan_.parameters(q).units_size() > 1)
+        return err("unit '" + unit.name() + "' is resident but shares parameter '" + plan_.parameters(q).name() +
+                   "' with another unit: recompile with a smaller --resident-units");
+    resident_[size_t(u)] = region(plan::DeviceRegion::RESIDENT, u, plan::residentLayout(plan_, u).bytes, e);
+    if (e) return e;
+    anyResident_ = true;
+  }
   if (s.grad_slots() > 0)
     MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&staging_),
                                   size_t(s.grad_slots()) * size_t(s.grad_slot_bytes())));
@@ -458,6 +489,79 @@ llvm::Error CudaTrainer::drainOptimizer() {
   return llvm::Error::success();
 }
 
+llvm::Error CudaTrainer::copyResident(bool toDevice) {
+  for (int u = 0; u < plan_.units_size(); ++u) {
+    if (!resident_[size_t(u)]) continue;
+    const plan::Unit &unit = plan_.units(u);
+    const plan::WeightLayout &lay = layouts_[size_t(u)];
+    const plan::ResidentLayout rl = plan::residentLayout(plan_, u);
+    for (auto [at, host] : {std::pair<int64_t, std::vector<float> *>{rl.weights, &state_.params},
+                            {rl.m, &state_.m},
+                            {rl.v, &state_.v}})
+      for (int k = 0; k < unit.parameters_size(); ++k) {
+        const plan::Parameter &p = plan_.parameters(unit.parameters(k));
+        uint8_t *dev = resident_[size_t(u)] + at + lay.offsets[size_t(k)];
+        float *h = host->data() + p.host_offset();
+        const size_t bytes = size_t(p.numel()) * 4;
+        if (toDevice) MEGAC_CUDA_TRY(cudaMemcpyAsync(dev, h, bytes, cudaMemcpyHostToDevice, h2d_));
+        else MEGAC_CUDA_TRY(cudaMemcpyAsync(h, dev, bytes, cudaMemcpyDeviceToHost, h2d_));
+      }
+  }
+  MEGAC_CUDA_TRY(cudaStreamSynchronize(h2d_));
+  return llvm::Error::success();
+}
+
+void CudaTrainer::syncHostState() {
+  if (!anyResident_) return;
+  if (deviceNewer_) {
+    if (auto e = copyResident(false))
+      llvm::report_fatal_error(llvm::Twine("megac: copying the resident units' weights and AdamW moments from the GPU: ") +
+                                   llvm::toString(std::move(e)),
+                               false);
+    deviceNewer_ = false;
+  }
+  hostNewer_ = true;
+}
+
+uint8_t *CudaTrainer::unitWeights(const plan::StreamAction &a, const plan::WeightLayout &lay, llvm::Error &e) {
+  if (uint8_t *r = resident_[size_t(a.unit())]) return r + plan::residentLayout(plan_, a.unit()).weights;
+  return region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
+}
+
+llvm::Error CudaTrainer::residentUpdate(int32_t unit, int32_t gradSlot, float lr, std::vector<float> *grads) {
+  const plan::Unit &u = plan_.units(unit);
+  const plan::WeightLayout &lay = layouts_[size_t(unit)];
+  llvm::Error e = llvm::Error::success();
+  uint8_t *g = region(plan::DeviceRegion::GRAD_SLOT, gradSlot, lay.bytes, e);
+  if (e) return e;
+  if (grads) { // read back and added on the host, as the staging path does
+    residentGrads_.resize(size_t(lay.bytes / 4));
+    MEGAC_CUDA_TRY(cudaMemcpyAsync(residentGrads_.data(), g, size_t(lay.bytes), cudaMemcpyDeviceToHost, gpu_.stream));
+    MEGAC_CUDA_TRY(cudaStreamSynchronize(gpu_.stream));
+    for (int k = 0; k < u.parameters_size(); ++k) {
+      const plan::Parameter &p = plan_.parameters(u.parameters(k));
+      const float *src = residentGrads_.data() + lay.offsets[size_t(k)] / 4;
+      float *dst = grads->data() + p.host_offset();
+      for (int64_t i = 0; i < p.numel(); ++i) dst[i] += src[i];
+    }
+    return llvm::Error::success();
+  }
+  runtime::AdamWHyper h = hyper_;
+  h.lr = lr;
+  const plan::ResidentLayout rl = plan::residentLayout(plan_, unit);
+  uint8_t *base = resident_[size_t(unit)];
+  for (int k = 0; k < u.parameters_size(); ++k) {
+    const plan::Parameter &p = plan_.parameters(u.parameters(k));
+    const int64_t off = lay.offsets[size_t(k)];
+    MEGAC_CUDA_TRY(launchAdamW(reinterpret_cast<float *>(base + rl.weights + off),
+                               reinterpret_cast<const float *>(g + off), reinterpret_cast<float *>(base + rl.m + off),
+                               reinterpret_cast<float *>(base + rl.v + off), p.numel(),
+                               runtime::adamwCoefficients(state_.step, h, p.decay()), gpu_.stream));
+  }
+  deviceNewer_ = true;
+  return llvm::Error::success();
+}
+
 llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale,
                                        float lr, std::vector<float> *grads, double &loss, double laneBusy[4]) {
   const plan::StreamSchedule &s = *sched_;
@@ -473,6 +577,10 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
   }
   MEGAC_CUDA_TRY(cudaMemcpyAsync(seedDev_, &lossScale, 4, cudaMemcpyHostToDevice, gpu_.stream));
   MEGAC_CUDA_TRY(cudaStreamSynchronize(gpu_.stream)); // the host values above are stack/temporary memory
+  if (anyResident_ && hostNewer_) {
+    if (auto e = copyResident(true)) return e;
+    hostNewer_ = false;
+  }
 
   gradWritten_.assign(size_t(plan_.activations_size()), false);
   int lastAction = s.actions_size() - 1;
@@ -536,7 +644,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
         if (e) return e;
         for (int64_t off : saved_[tid].offsets) savedPtrs.push_back(base + off);
       }
-      uint8_t *slot = region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
+      uint8_t *slot = unitWeights(a, lay, e);
       if (e) return e;
       std::vector<void *> args, results;
       for (int32_t act : unit.activation_inputs()) {
@@ -591,6 +699,11 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     }
     case plan::StreamAction::UPDATE: {
       if (a.grad_slot() < 0 || a.grad_slot() >= s.grad_slots()) return err("UPDATE from a staging slot that does not exist");
+      if (!onCpu) {
+        if (!resident_[size_t(a.unit())]) return err("unit '" + unit.name() + "' is updated on the GPU but is not resident");
+        if (auto e2 = residentUpdate(a.unit(), a.grad_slot(), lr, grads)) return e2;
+        break;
+      }
       job.unit = a.unit();
       job.slot = a.grad_slot();
       job.lr = lr;
@@ -633,7 +746,16 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
   const plan::Optimizer &o = plan_.optimizer();
   const bool keepGrads = o.clip() > 0 || microBatches.size() > 1;
   ++state_.step;
-  if (keepGrads) stepGrads_.assign(size_t(hostElements_), 0.0f);
+  if (keepGrads) {
+    stepGrads_.assign(size_t(hostElements_), 0.0f);
+    if (deviceNewer_) { // AdamW runs on the host for every unit this step
+      if (auto e = copyResident(false)) {
+        --state_.step;
+        return std::move(e);
+      }
+      deviceNewer_ = false;
+    }
+  }
   {
     std::lock_guard<std::mutex> l(mu_);
     cpuBusy_ = 0;
@@ -668,6 +790,7 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
     auto t0 = std::chrono::steady_clock::now();
     for (int p = 0; p < plan_.parameters_size(); ++p)
       updateParam(p, stepGrads_.data() + plan_.parameters(p).host_offset(), lr, gradScale);
+    hostNewer_ = anyResident_;
     std::lock_guard<std::mutex> l(mu_);
     cpuBusy_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   }

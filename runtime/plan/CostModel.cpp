@@ -284,7 +284,14 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     }
     case StreamAction::UPDATE:
       t.parameters = unitUpdateParams[size_t(unit)];
-      w.amount = double(t.parameters) / r_.adamwParamsPerS;
+      // A resident unit's AdamW on the GPU reads the gradient, weight and
+      // moments and writes the last three: 28 bytes per parameter.
+      if (a.stream() == StreamAction::COMPUTE) {
+        t.memoryBytes = 28.0 * double(t.parameters);
+        w.amount = t.memoryBytes / r_.hbmBytesPerS;
+      } else {
+        w.amount = double(t.parameters) / r_.adamwParamsPerS;
+      }
       break;
     default: return err("schedule action of unknown kind " + llvm::Twine(int(a.kind())));
     }

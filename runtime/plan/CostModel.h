@@ -9,6 +9,7 @@
 //   OFFLOAD   the unit's fp32 gradients, same layout / PCIe D2H (shared likewise);
 //   UPDATE    the parameters it updates (a tied one with its lowest-numbered
 //             unit, the last to add to its gradient) / CPU AdamW parameters/s;
+//             a resident unit's (compute stream): 28 bytes per parameter / HBM bandwidth;
 //   FORWARD,  GEMM flops / the GEMM rate of the plan's compute mode, plus the
 //   BACKWARD  bytes the other ops read and write / HBM bandwidth.
 // Then a discrete-event simulation runs the action list over four lanes (H2D,

@@ -98,6 +98,8 @@ private:
   }
   std::string actionRef(int i) const { return i < 0 ? std::string("no action") : actionText(i); }
   std::string activationName(int a) const { return "'" + p_.activations(a).name() + "'"; }
+  // Whether the unit's gradients have left its grad slot: offloaded, or (resident) applied by its UPDATE.
+  bool gradsRead(int u) const { return (p_.units(u).resident() ? updAt_ : offAt_)[size_t(u)] >= 0; }
   bool gradFlows(int unit, int inputPos) const {
     const Template &t = p_.templates(p_.units(unit).template_id());
     return inputPos < t.input_has_gradient_size() && t.input_has_gradient(inputPos);
@@ -137,13 +139,18 @@ private:
     for (int i = 0; i < s_.actions_size(); ++i) {
       const StreamAction &a = s_.actions(i);
       if (a.unit() < 0 || a.unit() >= N_) return violation("malformed plan", "action " + llvm::Twine(i) + " names unit " + llvm::Twine(a.unit()) + ", which does not exist");
+      // A resident unit's weights never move and its UPDATE runs on the GPU.
+      const bool resident = p_.units(a.unit()).resident();
+      if (resident && (a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::OFFLOAD))
+        return violation("malformed plan", actionText(i) + ": unit " + unitName(a.unit()) + " is resident; its weights and gradients stay on the GPU");
       StreamAction::Stream want = a.kind() == StreamAction::PREFETCH ? StreamAction::H2D
                                   : a.kind() == StreamAction::OFFLOAD ? StreamAction::D2H
-                                  : a.kind() == StreamAction::UPDATE  ? StreamAction::CPU
-                                                                      : StreamAction::COMPUTE;
+                                  : a.kind() == StreamAction::UPDATE && !resident ? StreamAction::CPU
+                                                                                  : StreamAction::COMPUTE;
       if (a.stream() != want)
         return violation("malformed plan", actionText(i) + " is on stream " + streamName(a.stream()) + ", not " + streamName(want));
-      bool usesWeights = a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD;
+      bool usesWeights = !resident && (a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::FORWARD ||
+                                       a.kind() == StreamAction::BACKWARD);
       bool usesGrads = a.kind() == StreamAction::BACKWARD || a.kind() == StreamAction::OFFLOAD || a.kind() == StreamAction::UPDATE;
       if (usesWeights != (a.weight_slot() >= 0) || a.weight_slot() >= K_)
         return violation("malformed plan", actionText(i) + " has weight slot " + llvm::Twine(a.weight_slot()) + " (of " + llvm::Twine(K_) + ")");
@@ -190,6 +197,7 @@ private:
     bwdAt_ = offAt_ = updAt_ = fwdAt_;
     std::vector<int> lastPrefetch(size_t(K_), -1), lastCompute(size_t(K_), -1);
     std::vector<int> lastBackwardInto(size_t(G_), -1), lastOffload(size_t(G_), -1), lastUpdate(size_t(G_), -1);
+    std::vector<int> lastGradRelease(size_t(G_), -1); // the OFFLOAD, or a resident unit's UPDATE, that last read a grad slot
     for (int i = 0; i < s_.actions_size(); ++i) {
       const StreamAction &a = s_.actions(i);
       const int u = a.unit(), k = a.weight_slot(), g = a.grad_slot();
@@ -202,13 +210,15 @@ private:
         break;
       case StreamAction::FORWARD:
       case StreamAction::BACKWARD: {
-        int pf = lastPrefetch[size_t(k)];
-        if (pf < 0 || s_.actions(pf).unit() != u)
-          return violation("read before prefetch", actionText(i) + " reads weight slot " + llvm::Twine(k) + ", whose last PREFETCH is " + actionRef(pf) +
-                                                       ", not one of unit " + unitName(u));
-        if (auto e = requireWait(i, 'w', k, true, pf, waits(a, ev('w', k, true)) ? "read before prefetch" : "missing wait", "the PREFETCH of its weights"))
-          return e;
-        lastCompute[size_t(k)] = i;
+        if (k >= 0) { // a resident unit's weights are in its RESIDENT region
+          int pf = lastPrefetch[size_t(k)];
+          if (pf < 0 || s_.actions(pf).unit() != u)
+            return violation("read before prefetch", actionText(i) + " reads weight slot " + llvm::Twine(k) + ", whose last PREFETCH is " + actionRef(pf) +
+                                                         ", not one of unit " + unitName(u));
+          if (auto e = requireWait(i, 'w', k, true, pf, waits(a, ev('w', k, true)) ? "read before prefetch" : "missing wait", "the PREFETCH of its weights"))
+            return e;
+          lastCompute[size_t(k)] = i;
+        }
         if (a.kind() == StreamAction::FORWARD) {
           if (auto e = firstTime(fwdAt_, i, "FORWARD")) return e;
           for (int32_t in : p_.units(u).activation_inputs()) {
@@ -224,10 +234,10 @@ private:
           for (auto [c, pos] : users_[size_t(out)])
             if (gradFlows(c, pos) && bwdAt_[size_t(c)] < 0)
               return violation("read before write", actionText(i) + " reads the gradient of " + activationName(out) + " before the BACKWARD of " + unitName(c) + " adds to it");
-        if (int prev = lastBackwardInto[size_t(g)]; prev >= 0 && offAt_[size_t(s_.actions(prev).unit())] < 0)
+        if (int prev = lastBackwardInto[size_t(g)]; prev >= 0 && !gradsRead(s_.actions(prev).unit()))
           return violation("slot reused early", actionText(i) + " overwrites grad slot " + llvm::Twine(g) + " before it is offloaded (" + actionText(prev) + " wrote it)");
-        if (lastOffload[size_t(g)] >= 0)
-          if (auto e = requireWait(i, 'g', g, false, lastOffload[size_t(g)], "slot reused early", "the grad slot's last OFFLOAD"))
+        if (lastGradRelease[size_t(g)] >= 0)
+          if (auto e = requireWait(i, 'g', g, false, lastGradRelease[size_t(g)], "slot reused early", "the grad slot's last reader"))
             return e;
         lastBackwardInto[size_t(g)] = i;
         break;
@@ -245,10 +255,20 @@ private:
           if (auto e = requireWait(i, 's', g, false, lastUpdate[size_t(g)], "slot reused early", "the staging slot's last UPDATE"))
             return e;
         if (auto e = firstTime(offAt_, i, "OFFLOAD")) return e;
-        lastOffload[size_t(g)] = i;
+        lastOffload[size_t(g)] = lastGradRelease[size_t(g)] = i;
         break;
       }
       case StreamAction::UPDATE: {
+        if (p_.units(u).resident()) { // from the grad slot its BACKWARD wrote, on the same stream
+          int b = bwdAt_[size_t(u)];
+          if (b < 0 || s_.actions(b).grad_slot() != g)
+            return violation("read before write", actionText(i) + " reads grad slot " + llvm::Twine(g) + ", but the unit's BACKWARD (" + actionRef(b) + ") did not write it");
+          if (auto e = requireWait(i, 'g', g, true, b, waits(a, ev('g', g, true)) ? "read before write" : "missing wait", "the BACKWARD that wrote it"))
+            return e;
+          if (auto e = firstTime(updAt_, i, "UPDATE")) return e;
+          lastGradRelease[size_t(g)] = i;
+          break;
+        }
         int o = offAt_[size_t(u)];
         if (o < 0 || s_.actions(o).grad_slot() != g)
           return violation("read before write", actionText(i) + " reads staging slot " + llvm::Twine(g) + ", but the unit's OFFLOAD (" + actionRef(o) + ") did not fill it");
@@ -266,7 +286,8 @@ private:
         {&fwdAt_, "FORWARD"}, {&bwdAt_, "BACKWARD"}, {&offAt_, "OFFLOAD"}, {&updAt_, "UPDATE"}};
     for (int u = 0; u < N_; ++u)
       for (auto [at, what] : every)
-        if ((*at)[size_t(u)] < 0) return violation("malformed plan", "unit " + unitName(u) + " has no " + what);
+        if ((*at)[size_t(u)] < 0 && !(at == &offAt_ && p_.units(u).resident()))
+          return violation("malformed plan", "unit " + unitName(u) + " has no " + what);
     return llvm::Error::success();
   }
 
@@ -332,6 +353,11 @@ private:
                            "the saved activations of unit '" + p_.units(u).name() + "'"))
         return e;
     }
+    for (int u = 0; u < N_; ++u)
+      if (p_.units(u).resident())
+        if (auto e = require(DeviceRegion::RESIDENT, u, residentLayout(p_, u).bytes, 0, last,
+                             "the weights and AdamW moments of resident unit '" + p_.units(u).name() + "'"))
+          return e;
     if (auto e = require(DeviceRegion::ARENA, 0, largestArenaBytes(p_), 0, last, "the largest program arena")) return e;
     if (auto e = require(DeviceRegion::WORKSPACE, 0, workspaceBudgetBytes(p_), 0, last, "the kernels' workspace")) return e;
     if (auto e = require(DeviceRegion::CONSTANTS, 0, constantsLayout(p_).bytes, 0, last, "the templates' constants")) return e;

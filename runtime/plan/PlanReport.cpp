@@ -62,6 +62,7 @@ const char *deviceCategoryName(DeviceRegion::Kind k) {
   case DeviceRegion::DATA: return "data";
   case DeviceRegion::CONSTANTS: return "constants";
   case DeviceRegion::SAVED: return "saved activations";
+  case DeviceRegion::RESIDENT: return "resident units";
   default: return "unknown";
   }
 }
@@ -154,6 +155,7 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
     for (int32_t q : u.parameters()) ur.parameters += p.parameters(q).numel();
     ur.weightBytes = 4 * ur.parameters; // fp32 on the host
     ur.keepsActivations = u.keep_activations();
+    ur.resident = u.resident();
     if (ur.keepsActivations && hasKeepPrograms(p.templates(u.template_id())))
       ur.savedBytes = savedLayout(p.templates(u.template_id())).bytes;
     ++r.templates[size_t(u.template_id())].units;
@@ -334,6 +336,13 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   else
     os << "  recompute: " << keeping << " of " << r.units.size() << " units keep their activations (" << savedBytes
        << " bytes saved), the others recompute\n";
+  int64_t resident = 0, residentParams = 0;
+  for (const UnitReport &u : r.units)
+    if (u.resident) ++resident, residentParams += u.parameters;
+  if (resident == 0) os << "  resident units: none (every unit streams its weights)\n";
+  else
+    os << "  resident units: " << resident << " of " << r.units.size() << " (" << residentParams
+       << " parameters whose weights and AdamW moments stay on the GPU and step there)\n";
   os << "  format version: " << p.format_version() << " (megac " << p.megac_version() << ")\n";
 
   os << "\nunits (" << r.units.size() << ", in forward order):\n";
@@ -343,6 +352,7 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
     os << "  " << ur.name << ": template " << r.templates[size_t(ur.templateId)].name << ", " << ur.parameters
        << " parameters";
     if (ur.keepsActivations) os << ", keeps its activations (" << ur.savedBytes << " bytes saved)";
+    if (ur.resident) os << ", resident";
     os << "\n";
     auto activations = [&](const char *label, const google::protobuf::RepeatedField<int32_t> &ids) {
       for (int32_t a : ids) {
@@ -487,6 +497,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
                                        {"parameters", ur.parameters},
                                        {"weight_bytes", ur.weightBytes},
                                        {"keeps_activations", ur.keepsActivations},
+                                       {"resident", ur.resident},
                                        {"saved_bytes", ur.savedBytes},
                                        {"inputs", activations(p.units(i).activation_inputs())},
                                        {"outputs", activations(p.units(i).activation_outputs())}});

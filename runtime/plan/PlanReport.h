@@ -21,6 +21,7 @@ struct UnitReport {
   int64_t weightBytes = 0; // the same in fp32
   bool keepsActivations = false; // the recompute policy's choice (else: recomputes its forward)
   int64_t savedBytes = 0;        // GPU bytes of its saved values when it keeps them
+  bool resident = false;         // the resident-unit policy's choice: weights and AdamW moments stay on the GPU
 };
 
 struct TemplateReport {

@@ -42,7 +42,7 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
                         r.kind() == DeviceRegion::DATA;
     if (isActivation && r.index() >= 0 && r.index() < p.activations_size())
       os << " '" << p.activations(r.index()).name() << "'";
-    if (r.kind() == DeviceRegion::SAVED && r.index() >= 0 && r.index() < p.units_size())
+    if ((r.kind() == DeviceRegion::SAVED || r.kind() == DeviceRegion::RESIDENT) && r.index() >= 0 && r.index() < p.units_size())
       os << " '" << p.units(r.index()).name() << "'";
     os << ": offset " << r.offset() << ", " << r.bytes() << " bytes, actions " << r.first_action() << ".."
        << r.last_action() << "\n";
@@ -54,9 +54,11 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
        << streamName(a.stream());
     if ((a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD) && keepsActivations(p, a.unit()))
       os << " (keeps activations)";
+    const bool resident = a.unit() >= 0 && a.unit() < p.units_size() && p.units(a.unit()).resident();
+    if (resident && a.kind() != StreamAction::UPDATE) os << " (resident)";
     if (a.weight_slot() >= 0) os << " w" << a.weight_slot();
-    if (a.grad_slot() >= 0 && a.kind() != StreamAction::UPDATE) os << " g" << a.grad_slot();
-    if (a.grad_slot() >= 0 && a.kind() != StreamAction::BACKWARD) os << " s" << a.grad_slot(); // staging
+    if (a.grad_slot() >= 0 && (a.kind() != StreamAction::UPDATE || resident)) os << " g" << a.grad_slot();
+    if (a.grad_slot() >= 0 && a.kind() != StreamAction::BACKWARD && !resident) os << " s" << a.grad_slot(); // staging
     os << ", waits";
     printEvents(s, a.waits(), os);
     os << ", records";

@@ -261,6 +261,7 @@ const char *regionKindName(DeviceRegion::Kind k) {
   case DeviceRegion::DATA: return "DATA";
   case DeviceRegion::CONSTANTS: return "CONSTANTS";
   case DeviceRegion::SAVED: return "SAVED";
+  case DeviceRegion::RESIDENT: return "RESIDENT";
   default: return "UNKNOWN_REGION";
   }
 }

@@ -26,6 +26,16 @@ WeightLayout unitWeightLayout(const Plan &p, int unitIndex);
 // The largest unit layout: the bytes of each weight slot and grad slot.
 int64_t largestUnitWeightBytes(const Plan &p);
 
+// A resident unit's RESIDENT region: its weights, AdamW m, then v, each a
+// unitWeightLayout of `bytes`, at these offsets.
+struct ResidentLayout {
+  int64_t weights = 0, m = 0, v = 0, bytes = 0;
+};
+inline ResidentLayout residentLayout(const Plan &p, int unitIndex) {
+  const int64_t b = unitWeightLayout(p, unitIndex).bytes;
+  return {0, b, 2 * b, 3 * b};
+}
+
 // The templates' constants in the CONSTANTS region: templates in order, each
 // forward, backward, then (where present) forward_keep and backward_kept
 // program, CONSTANT values in id order, each 256-byte aligned; the runtime

@@ -12,22 +12,20 @@
 
 namespace megac::runtime {
 
+AdamWCoefficients adamwCoefficients(int64_t step, const AdamWHyper &h, bool decay, float gradScale) {
+  const double bc1 = 1.0 - std::pow(double(h.beta1), double(step));
+  const double bc2 = 1.0 - std::pow(double(h.beta2), double(step));
+  return {h.beta1,      1.0f - h.beta1, h.beta2, 1.0f - h.beta2, float(double(h.lr) / bc1), float(1.0 / std::sqrt(bc2)),
+          h.eps,        decay ? 1.0f - h.lr * h.weightDecay : 1.0f, gradScale};
+}
+
 namespace {
 
 // torch: p *= 1 - lr*wd; m = b1 m + (1-b1) g; v = b2 v + (1-b2) g^2;
 //        p -= (lr / bc1) * m / (sqrt(v) / sqrt(bc2) + eps)
 // Every path below rounds exactly as `one` does (the same fused multiply-adds in
 // the same order), so where a thread's range starts never changes a result.
-struct Coefficients {
-  float b1, c1, b2, c2, stepSize, invBc2Sqrt, eps, decay, gradScale;
-};
-
-Coefficients coefficients(int64_t step, const AdamWHyper &h, bool decay, float gradScale) {
-  const double bc1 = 1.0 - std::pow(double(h.beta1), double(step));
-  const double bc2 = 1.0 - std::pow(double(h.beta2), double(step));
-  return {h.beta1,      1.0f - h.beta1, h.beta2, 1.0f - h.beta2, float(double(h.lr) / bc1), float(1.0 / std::sqrt(bc2)),
-          h.eps,        decay ? 1.0f - h.lr * h.weightDecay : 1.0f, gradScale};
-}
+using Coefficients = AdamWCoefficients;
 
 inline void one(float &p, float grad, float &m, float &v, const Coefficients &k) {
   const float g = grad * k.gradScale;
@@ -120,13 +118,13 @@ AdamWIsa adamwBestIsa() {
 
 void adamwUpdateIsa(AdamWIsa isa, float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
                     const AdamWHyper &h, bool decay, float gradScale) {
-  updateFor(isa)(param, grad, m, v, n, coefficients(step, h, decay, gradScale));
+  updateFor(isa)(param, grad, m, v, n, adamwCoefficients(step, h, decay, gradScale));
 }
 
 void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, const AdamWHyper &h,
                  bool decay, float gradScale) {
   static const UpdateFn update = updateFor(adamwBestIsa());
-  update(param, grad, m, v, n, coefficients(step, h, decay, gradScale));
+  update(param, grad, m, v, n, adamwCoefficients(step, h, decay, gradScale));
 }
 
 namespace {

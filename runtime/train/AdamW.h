@@ -15,6 +15,16 @@ struct AdamWHyper {
   float weightDecay = 0.01f;
 };
 
+// The per-step constants of the update of one parameter:
+//   g = grad * gradScale; m = fma(b1, m, c1 * g); v = fma(b2, v, c2 * (g * g));
+//   den = fma(sqrt(v), invBc2Sqrt, eps); p = fma(-stepSize, m / den, p * decay)
+// (torch.optim.AdamW's arithmetic, bias corrections folded in). Every path,
+// the GPU's included (runtime/cuda/AdamWKernels.h), rounds exactly this way.
+struct AdamWCoefficients {
+  float b1, c1, b2, c2, stepSize, invBc2Sqrt, eps, decay, gradScale;
+};
+AdamWCoefficients adamwCoefficients(int64_t step, const AdamWHyper &h, bool decay, float gradScale = 1.0f);
+
 // One step t >= 1 over n elements. `gradScale` multiplies the gradient first
 // (clipping, averaging of accumulated micro-batches).
 void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, const AdamWHyper &h,

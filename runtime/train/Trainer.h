@@ -37,7 +37,13 @@ public:
   virtual ~Trainer() = default;
 
   const plan::Plan &plan() const { return plan_; }
-  HostState &state() { return state_; }
+  // The host arrays, current: a backend that steps some state elsewhere (the
+  // CUDA runtime's resident units) copies it back first, and takes the arrays
+  // as possibly written by the caller before its next step.
+  HostState &state() {
+    syncHostState();
+    return state_;
+  }
   int64_t hostParamElements() const { return hostElements_; }
 
   // One optimizer step over `microBatches` (tokens, targets) pairs at `lr`.
@@ -62,6 +68,8 @@ public:
 
 protected:
   explicit Trainer(const plan::Plan &p) : plan_(p) {}
+  // Called by state(): nothing on the CPU backend.
+  virtual void syncHostState() {}
   // Sizes the host arrays and reads the optimizer settings and the loss.
   llvm::Error initHostState();
   void updateParam(int32_t id, const float *grad, float lr, float gradScale);

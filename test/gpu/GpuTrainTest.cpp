@@ -1,11 +1,9 @@
 // Training on the GPU against the CPU backend, on every fixture: the same
 // plan, the same weights and batch; per-step losses and every gradient.
-#include "../unit/FixtureTestUtil.h"
+#include "GpuTrainerUtil.h"
 #include "codegen/Compile.h"
-#include "runtime/cuda/CudaTrainer.h"
 #include "runtime/cuda/CudnnAttention.h"
 #include "runtime/train/AdamW.h"
-#include "runtime/train/Weights.h"
 
 #include <gtest/gtest.h>
 
@@ -21,39 +19,19 @@ using namespace megac::testing;
 
 namespace {
 
-
-std::unique_ptr<runtime::Trainer> withWeights(llvm::Expected<std::unique_ptr<runtime::Trainer>> t, const plan::Plan &p) {
-  if (!t) {
-    ADD_FAILURE() << llvm::toString(t.takeError());
-    return nullptr;
-  }
-  auto initialized = runtime::loadInitialWeights(p, (*t)->state(), {});
-  if (!initialized) {
-    ADD_FAILURE() << llvm::toString(initialized.takeError());
-    return nullptr;
-  }
-  return std::move(*t);
-}
-
-std::unique_ptr<runtime::Trainer> cpuTrainer(const plan::Plan &p) { return withWeights(runtime::Trainer::create(p), p); }
-std::unique_ptr<runtime::Trainer> gpuTrainer(const plan::Plan &p) {
-  cuda::CudaOptions o;
-  o.verbose = false;
-  return withWeights(cuda::createCudaTrainer(p, o), p);
-}
-
 struct ModeCase {
   const char *fixture;
   const char *compute;
   double tol;
   codegen::Recompute recompute = codegen::Recompute::All;
+  int resident = 0; // leading units whose weights and AdamW moments stay on the GPU
 };
 
 class GpuTrain : public ::testing::TestWithParam<ModeCase> {};
 
 TEST_P(GpuTrain, LossAndGradientsMatchTheCpuBackend) {
   ModeCase c = GetParam();
-  plan::Plan p = compileFixturePlan(c.fixture, c.compute, c.recompute);
+  plan::Plan p = compileFixturePlan(c.fixture, c.compute, c.recompute, 16, c.resident);
   ASSERT_GT(p.units_size(), 0);
   auto cpu = cpuTrainer(p), gpu = gpuTrainer(p);
   ASSERT_TRUE(cpu && gpu);
@@ -78,7 +56,7 @@ TEST_P(GpuTrain, LossAndGradientsMatchTheCpuBackend) {
 // weight by 2 * lr: that measures rounding, not this runtime.
 TEST_P(GpuTrain, EachAdamWStepMatchesTheCpuBackend) {
   ModeCase c = GetParam();
-  plan::Plan p = compileFixturePlan(c.fixture, c.compute, c.recompute);
+  plan::Plan p = compileFixturePlan(c.fixture, c.compute, c.recompute, 16, c.resident);
   auto cpu = cpuTrainer(p), gpu = gpuTrainer(p);
   ASSERT_TRUE(cpu && gpu);
   Tensor ids = loadRef(c.fixture, "input_ids.pb"), targets = loadRef(c.fixture, "targets.pb");
@@ -134,13 +112,20 @@ std::vector<ModeCase> modeCases() {
     v.push_back({f, "tf32", loose ? 2e-3 : 1e-3});
     // Every unit keeping its activations (backward_kept, SAVED regions).
     v.push_back({f, "fp32", 1e-4, codegen::Recompute::None});
+    // Resident units (AdamW on the GPU): embed and layer.0, or every unit;
+    // gpt2's embedding is tied to its head and cannot be resident.
+    if (std::string(f).rfind("gpt2", 0) != 0) {
+      v.push_back({f, "fp32", 1e-4, codegen::Recompute::All, 2});
+      v.push_back({f, "tf32", loose ? 2e-3 : 1e-3, codegen::Recompute::All, 4});
+    }
   }
   return v;
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTrain, ::testing::ValuesIn(modeCases()), [](const auto &info) {
   return std::string(info.param.fixture) + "_" + info.param.compute +
-         (info.param.recompute == codegen::Recompute::None ? "_keep" : "");
+         (info.param.recompute == codegen::Recompute::None ? "_keep" : "") +
+         (info.param.resident ? "_resident" + std::to_string(info.param.resident) : "");
 });
 
 // bf16: the five-step trajectory is no farther from the fp32 reference than

@@ -7,6 +7,7 @@
 
 #include "codegen/Compile.h"
 #include "runtime/plan/CostModel.h"
+#include "runtime/plan/StreamLayout.h"
 
 #include <array>
 #include <cmath>
@@ -513,6 +514,36 @@ TEST(CostModel, CompiledScheduleInvariants) {
   EXPECT_GT(s->tflops, 0);
   EXPECT_GT(s->peakMemoryBytes, 0);
   EXPECT_LE(s->peakMemoryBytes, sch.device_bytes());
+}
+
+// Resident embed and layer.0: their UPDATEs run on the compute lane at 28
+// bytes per parameter over HBM, and only the other units cross PCIe.
+TEST(CostModel, ResidentUnitsUpdateOnTheGpu) {
+  codegen::ScheduleOptions so;
+  so.residentUnits = 2;
+  plan::Plan p = compileFixtureScheduled("llama", so);
+  plan::MachineProfile m;
+  auto s = plan::predictStep(p, m);
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  auto rates = plan::costRates(m, p.compute());
+  ASSERT_TRUE(bool(rates));
+  int gpuUpdates = 0;
+  int64_t streamedBytes = 0;
+  for (int u = 2; u < p.units_size(); ++u) streamedBytes += plan::unitWeightLayout(p, u).bytes;
+  for (int i = 0; i < p.schedule().actions_size(); ++i) {
+    const plan::StreamAction &a = p.schedule().actions(i);
+    if (a.kind() != plan::StreamAction::UPDATE || !p.units(a.unit()).resident()) continue;
+    ++gpuUpdates;
+    const plan::ActionTiming &t = s->actions[size_t(i)];
+    EXPECT_EQ(t.lane, plan::kLaneCompute);
+    int64_t params = 0;
+    for (int32_t q : p.units(a.unit()).parameters()) params += p.parameters(q).numel();
+    EXPECT_EQ(t.parameters, params);
+    EXPECT_DOUBLE_EQ(t.alone, 28.0 * double(params) / rates->hbmBytesPerS);
+  }
+  EXPECT_EQ(gpuUpdates, 2);
+  EXPECT_EQ(s->h2dBytes, streamedBytes); // layer.1 and head, each once: the forward's copies serve the backward
+  EXPECT_EQ(s->d2hBytes, streamedBytes);
 }
 
 } // namespace

@@ -122,14 +122,17 @@ inline void expectSameValuesOnRandomInputs(ir::Graph &before, ir::Graph &after, 
 // Compiles a fixture at the reference batch (2 x 16) with the fixtures'
 // optimizer: AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1).
 inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16",
-                                     codegen::Recompute recompute = codegen::Recompute::All, int64_t seq = 16) {
+                                     codegen::Recompute recompute = codegen::Recompute::All, int64_t seq = 16,
+                                     int residentUnits = 0, float clip = 0) {
   frontend::ImportOptions io;
   io.batch = 2;
   io.seq = seq;
   codegen::CodegenOptions co;
   co.compute = compute;
   co.schedule.recompute = recompute;
+  co.schedule.residentUnits = residentUnits;
   plan::Optimizer &o = co.optimizer;
+  o.set_clip(clip);
   o.set_lr(1e-2f);
   o.set_beta1(0.9f);
   o.set_beta2(0.95f);

@@ -15,10 +15,11 @@ using namespace megac::testing;
 
 namespace {
 
-plan::Plan compileFixture(const char *model, int weightSlots = 2, int gradSlots = 2) {
+plan::Plan compileFixture(const char *model, int weightSlots = 2, int gradSlots = 2, int residentUnits = 0) {
   codegen::ScheduleOptions so;
   so.weightSlots = weightSlots;
   so.gradSlots = gradSlots;
+  so.residentUnits = residentUnits;
   return compileFixtureScheduled(model, so);
 }
 
@@ -66,6 +67,39 @@ TEST(PlanChecker, CompiledPlansAreClean) {
   for (const char *model : {"gpt2", "llama_sdpa", "llama_op23"}) EXPECT_EQ(check(compileFixture(model)), "") << model;
   EXPECT_EQ(check(compileFixture("llama", 3, 1)), "");
   EXPECT_EQ(check(compileFixture("llama", 5, 3)), "");
+  EXPECT_EQ(check(compileFixture("llama", 2, 2, 2)), "");
+  EXPECT_EQ(check(compileFixture("llama", 2, 1, 4)), "");
+}
+
+// Resident embed and layer.0 (the schedule in test/lit/resident-units.test):
+// 12 BACKWARD layer.0 into g0, 13 its UPDATE on the compute stream, 14
+// BACKWARD embed into g1, 15 its UPDATE.
+TEST(PlanChecker, ResidentUnits) {
+  const plan::Plan base = compileFixture("llama", 2, 2, 2);
+  plan::Plan p = base;
+  removeWait(action(p, 13), p, "g0.ready");
+  EXPECT_CONTAINS(check(p), "missing wait");
+  EXPECT_CONTAINS(check(p), "action 13 (UPDATE of 'layer.0', grad slot 0) does not wait g0.ready");
+
+  p = base; // a resident unit's update moved to the host
+  action(p, 15).set_stream(plan::StreamAction::CPU);
+  EXPECT_CONTAINS(check(p), "UPDATE of 'embed', grad slot 1) is on stream CPU, not COMPUTE");
+
+  p = base; // with one grad slot, embed's BACKWARD would overwrite layer.0's gradients before its UPDATE
+  moveAfter(p, 13, 14);
+  action(p, 13).set_grad_slot(0);
+  action(p, 14).set_grad_slot(0);
+  EXPECT_CONTAINS(check(p), "slot reused early");
+
+  p = base; // a resident unit's weights read from a slot
+  action(p, 1).set_weight_slot(0);
+  EXPECT_CONTAINS(check(p), "FORWARD of 'embed', weight slot 0) has weight slot 0");
+
+  p = base;
+  region(p, plan::DeviceRegion::RESIDENT, 1).set_bytes(184832);
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "region size");
+  EXPECT_CONTAINS(m, "the weights and AdamW moments of resident unit 'layer.0'");
 }
 
 TEST(PlanChecker, DroppedReadyWait) {

@@ -3,6 +3,7 @@
 // megac train MODEL.onnx --batch B --seq S ... (compile and run in one)
 #include "codegen/Compile.h"
 #include "codegen/RecomputePolicy.h"
+#include "codegen/ResidentPolicy.h"
 #include "frontend/TensorProto.h"
 #include "runtime/train/TrainLoop.h"
 #ifdef MEGAC_HAS_CUDA
@@ -44,6 +45,12 @@ static cl::opt<std::string> RecomputeFlag(
              "GPU budget holds, recompute the rest; faster where the step is compute-bound) | none (every unit keeps "
              "its activations)"),
     cl::init("all"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> ResidentUnits(
+    "resident-units",
+    cl::desc("Leading units whose fp32 weights and AdamW moments stay on the GPU and step there, instead of streaming: "
+             "the units the next step needs first are the last whose gradients arrive (0: every unit streams; auto: "
+             "as many as the cost model says shorten the step, within the GPU budget)"),
+    cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> Compute("compute",
@@ -171,6 +178,9 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   auto recompute = codegen::parseRecompute(RecomputeFlag);
   if (!recompute) return recompute.takeError();
   so.recompute = *recompute;
+  auto resident = codegen::parseResidentUnits(ResidentUnits);
+  if (!resident) return resident.takeError();
+  so.residentUnits = *resident;
   so.profile = profile;
   so.gpuBudgetBytes = profile.usableGpuBytes();
   if (GpuMem.getNumOccurrences()) {

@@ -1,0 +1,97 @@
+// Resident units (codegen/ResidentPolicy.h) where their state crosses between
+// the GPU and the host: steps that keep their gradients (--clip) and run
+// AdamW on the host for every unit, and a checkpoint and resume. The
+// per-step match of their GPU AdamW against the host's is GpuTrainTest's
+// *_resident* cases.
+#include "GpuTrainerUtil.h"
+#include "runtime/train/TrainLoop.h"
+
+#include "llvm/Support/FileSystem.h"
+
+#include <fstream>
+
+using namespace megac;
+using namespace megac::testing;
+
+namespace {
+
+// With --clip the step keeps every gradient, clips by the global norm and
+// updates on the host: a resident unit's gradients are read back, its state
+// comes back from the GPU first and goes to it again before the next step.
+// The first moment is linear in the clipped gradient, so it shows that both
+// plans clip and update the same gradients (to the GPU's rounding).
+TEST(GpuResident, ClippedStepsMatchTheStreamingPlan) {
+  const float clip = 0.05f; // below these fixtures' gradient norm: every step clips
+  plan::Plan streamed = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 0, clip);
+  plan::Plan resident = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 2, clip);
+  ASSERT_TRUE(resident.units(0).resident() && resident.units(1).resident() && !resident.units(2).resident());
+  auto a = gpuTrainer(streamed), b = gpuTrainer(resident);
+  ASSERT_TRUE(a && b);
+  Tensor ids = loadRef("llama", "input_ids.pb"), targets = loadRef("llama", "targets.pb");
+  for (int s = 0; s < 3; ++s) {
+    auto la = a->step({{ids, targets}}, 1e-2f), lb = b->step({{ids, targets}}, 1e-2f);
+    ASSERT_TRUE(bool(la)) << llvm::toString(la.takeError());
+    ASSERT_TRUE(bool(lb)) << llvm::toString(lb.takeError());
+    EXPECT_GT(la->gradNorm, clip);
+    EXPECT_NEAR(lb->gradNorm, la->gradNorm, 1e-5 * la->gradNorm) << "step " << s + 1;
+    EXPECT_NEAR(lb->loss, la->loss, 1e-5 * std::abs(la->loss)) << "step " << s + 1;
+  }
+  const runtime::HostState &sa = a->state(), &sb = b->state();
+  EXPECT_EQ(sa.step, sb.step);
+  for (const plan::Parameter &pp : streamed.parameters()) {
+    EXPECT_LT(paramError(sb.m, sa.m, pp), 1e-4) << pp.name() << " first moment";
+    EXPECT_LT(paramError(sb.params, sa.params, pp), 1e-3) << pp.name();
+  }
+}
+
+// Six straight steps equal three, a checkpoint, a resume and three more, with
+// embed and layer.0 stepping on the GPU: the checkpoint holds their state as
+// of step 3, not the host arrays' stale copy, and the resumed run sends it to
+// the GPU. (GPU sums need not be bitwise repeatable: to 1e-5 here; a stale
+// unit is off by its three updates, far more.)
+TEST(GpuResident, ResumeContinuesFromTheGpuState) {
+  plan::Plan p = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 2);
+  llvm::SmallString<128> dir;
+  ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("megac-gpu-resume", dir));
+  std::string text = std::string(dir) + "/data.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog " << i << "\n";
+  }
+  auto run = [&](int64_t steps, const std::string &ckpt, const std::string &resume) {
+    cuda::CudaOptions o;
+    o.verbose = false;
+    auto t = cuda::createCudaTrainer(p, o);
+    EXPECT_TRUE(bool(t)) << (t ? "" : llvm::toString(t.takeError()));
+    runtime::TrainLoopOptions lo;
+    lo.steps = steps;
+    lo.text = text;
+    lo.seed = 7;
+    lo.quiet = true;
+    lo.checkpointDir = ckpt;
+    lo.resume = resume;
+    auto losses = runtime::runTraining(**t, lo);
+    EXPECT_TRUE(bool(losses)) << (losses ? "" : llvm::toString(losses.takeError()));
+    return std::make_pair(std::move(*t), losses ? *losses : std::vector<double>{});
+  };
+  auto [straight, lossesA] = run(6, "", "");
+  std::string ck = std::string(dir) + "/ck";
+  auto [first, lossesB1] = run(3, ck, "");
+  auto [second, lossesB2] = run(6, "", ck);
+  ASSERT_EQ(lossesA.size(), 6u);
+  ASSERT_EQ(lossesB1.size(), 3u);
+  ASSERT_EQ(lossesB2.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_NEAR(lossesA[i], lossesB1[i], 1e-5 * lossesA[i]) << "step " << i + 1;
+    EXPECT_NEAR(lossesA[3 + i], lossesB2[i], 1e-5 * lossesA[3 + i]) << "step " << i + 4;
+  }
+  const runtime::HostState &a = straight->state(), &b = second->state();
+  EXPECT_EQ(a.step, b.step);
+  for (const plan::Parameter &pp : p.parameters()) {
+    EXPECT_LT(paramError(b.params, a.params, pp), 1e-4) << pp.name();
+    EXPECT_LT(paramError(b.m, a.m, pp), 1e-4) << pp.name() << " first moment";
+  }
+  llvm::sys::fs::remove_directories(dir);
+}
+
+} // namespace
