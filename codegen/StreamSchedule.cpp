@@ -179,12 +179,13 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   const int last = s.actions_size() - 1;
 
   // Regions with their lifetimes (action indices, inclusive).
-  const int64_t slotBytes = plan::largestUnitWeightBytes(p);
+  const int64_t slotBytes = plan::largestUnitWeightBytes(p, /*streamedOnly=*/true),
+                gradSlotBytes = plan::largestUnitWeightBytes(p);
   s.set_weight_slot_bytes(slotBytes);
-  s.set_grad_slot_bytes(slotBytes);
-  s.set_pinned_staging_bytes(int64_t(G) * slotBytes);
+  s.set_grad_slot_bytes(gradSlotBytes);
+  s.set_pinned_staging_bytes(int64_t(G) * gradSlotBytes);
   for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last);
-  for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, slotBytes, 0, last);
+  for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, gradSlotBytes, 0, last);
   for (int u = 0; u < N; ++u)
     if (p.units(u).resident()) addRegion(s, DeviceRegion::RESIDENT, u, plan::residentLayout(p, u).bytes, 0, last);
 

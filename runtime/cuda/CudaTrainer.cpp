@@ -356,9 +356,10 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
         block = -1;
     if (block >= 0 && (block * 4 + layouts_.back().bytes) > hostElements_ * 4) block = -1;
     hostBlock_.push_back(block);
-    if (layouts_.back().bytes > s.weight_slot_bytes() || layouts_.back().bytes > s.grad_slot_bytes())
+    const bool streams = !unit.resident();
+    if ((streams && layouts_.back().bytes > s.weight_slot_bytes()) || layouts_.back().bytes > s.grad_slot_bytes())
       return err("unit '" + plan_.units(u).name() + "' needs " + llvm::Twine(layouts_.back().bytes) +
-                 " bytes per slot; the plan's slots hold " + llvm::Twine(s.weight_slot_bytes()));
+                 " bytes per slot; the plan's slots hold " + llvm::Twine(streams ? s.weight_slot_bytes() : s.grad_slot_bytes()));
   }
   resident_.assign(size_t(plan_.units_size()), nullptr);
   for (int u = 0; u < plan_.units_size(); ++u) {

@@ -319,14 +319,13 @@ private:
 
   llvm::Error regionsCover() {
     const int last = s_.actions_size() - 1;
-    int64_t slotBytes = 0;
-    for (int u = 0; u < N_; ++u) slotBytes = std::max(slotBytes, unitWeightLayout(p_, u).bytes);
+    const int64_t slotBytes = largestUnitWeightBytes(p_, /*streamedOnly=*/true), gradBytes = largestUnitWeightBytes(p_);
     for (int k = 0; k < K_; ++k)
-      if (auto e = require(DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last, "the largest unit's weights")) return e;
+      if (auto e = require(DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last, "the largest streamed unit's weights")) return e;
     for (int g = 0; g < G_; ++g)
-      if (auto e = require(DeviceRegion::GRAD_SLOT, g, slotBytes, 0, last, "the largest unit's gradients")) return e;
-    if (s_.pinned_staging_bytes() < int64_t(G_) * slotBytes)
-      return violation("region size", "pinned staging of " + llvm::Twine(s_.pinned_staging_bytes()) + " bytes cannot hold " + llvm::Twine(G_) + " slots of " + llvm::Twine(slotBytes));
+      if (auto e = require(DeviceRegion::GRAD_SLOT, g, gradBytes, 0, last, "the largest unit's gradients")) return e;
+    if (s_.pinned_staging_bytes() < int64_t(G_) * gradBytes)
+      return violation("region size", "pinned staging of " + llvm::Twine(s_.pinned_staging_bytes()) + " bytes cannot hold " + llvm::Twine(G_) + " slots of " + llvm::Twine(gradBytes));
     for (int a = 0; a < p_.activations_size(); ++a) {
       const Activation &act = p_.activations(a);
       const int64_t bytes = typeBytes(act.type());

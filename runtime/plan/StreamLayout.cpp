@@ -20,9 +20,10 @@ WeightLayout unitWeightLayout(const Plan &p, int unitIndex) {
   return l;
 }
 
-int64_t largestUnitWeightBytes(const Plan &p) {
+int64_t largestUnitWeightBytes(const Plan &p, bool streamedOnly) {
   int64_t most = 0;
-  for (int u = 0; u < p.units_size(); ++u) most = std::max(most, unitWeightLayout(p, u).bytes);
+  for (int u = 0; u < p.units_size(); ++u)
+    if (!streamedOnly || !p.units(u).resident()) most = std::max(most, unitWeightLayout(p, u).bytes);
   return most;
 }
 

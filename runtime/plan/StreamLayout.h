@@ -23,8 +23,10 @@ struct WeightLayout {
 // `unitIndex` and the unit's parameter ids must be valid (checkPlan checks them).
 WeightLayout unitWeightLayout(const Plan &p, int unitIndex);
 
-// The largest unit layout: the bytes of each weight slot and grad slot.
-int64_t largestUnitWeightBytes(const Plan &p);
+// The largest unit layout: the bytes of each grad slot (every unit's
+// gradients pass through one) and, over the units that stream (`streamedOnly`:
+// not resident; 0 if none), of each weight slot.
+int64_t largestUnitWeightBytes(const Plan &p, bool streamedOnly = false);
 
 // A resident unit's RESIDENT region: its weights, AdamW m, then v, each a
 // unitWeightLayout of `bytes`, at these offsets.
@@ -120,11 +122,23 @@ int64_t attentionChunkRows(int64_t units, int64_t rows, int64_t keys, int64_t ma
 // operand copies of one chunk's products (attentionPackBytes).
 int64_t materializedAttentionBytes(const cpu::AttentionDims &d, bool grad, bool bf16);
 // megac.LinearCrossEntropy[Grad] compute the logits a chunk of rows at a
-// time: at most kLinearCrossEntropyChunkBytes of fp32 logits (at least one
-// row), or `requested` rows (the op's chunk_rows attribute) when positive.
+// time: kLinearCrossEntropyChunkBytes of fp32 logits, but at least
+// kLinearCrossEntropyMinChunkRows rows where those stay under
+// kLinearCrossEntropyMaxChunkBytes (at least one row); or `requested` rows
+// (the op's chunk_rows attribute) when positive. The floor is for the
+// gradient: each chunk adds its h^T dl into the fp32 [hidden, vocab] dW,
+// reading and writing all of it, 8 bytes per element for 2 x rows flops:
+// under about 700 rows (the H200's GEMM rate over its memory bandwidth,
+// times 4) that traffic, not the product, sets the time. A 128256-token
+// vocabulary at 64 MiB took 130 rows per chunk.
 inline constexpr int64_t kLinearCrossEntropyChunkBytes = int64_t(64) << 20;
+inline constexpr int64_t kLinearCrossEntropyMinChunkRows = 1024;
+inline constexpr int64_t kLinearCrossEntropyMaxChunkBytes = int64_t(1) << 30;
 inline int64_t linearCrossEntropyChunkRows(int64_t rows, int64_t vocab, int64_t requested = 0) {
-  int64_t c = requested > 0 ? requested : kLinearCrossEntropyChunkBytes / (4 * std::max<int64_t>(vocab, 1));
+  const int64_t rowBytes = 4 * std::max<int64_t>(vocab, 1);
+  int64_t c = requested > 0 ? requested
+                            : std::max(kLinearCrossEntropyChunkBytes / rowBytes,
+                                       std::min(kLinearCrossEntropyMinChunkRows, kLinearCrossEntropyMaxChunkBytes / rowBytes));
   return std::max<int64_t>(1, std::min(c, rows));
 }
 // The CUDA kernels' exact scratch for `rows` tokens of `hidden` x `vocab`

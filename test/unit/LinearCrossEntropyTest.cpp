@@ -141,8 +141,11 @@ TEST(LinearCrossEntropy, RejectsTargetsOutsideTheVocabulary) {
 }
 
 TEST(LinearCrossEntropy, ChunkRowsBoundTheLogits) {
-  // 64 MiB of fp32 logits: 128 rows of a 128256-token vocabulary, at least one row.
-  EXPECT_EQ(plan::linearCrossEntropyChunkRows(49152, 128256), (int64_t(64) << 20) / (4 * 128256));
+  // 64 MiB of fp32 logits, but at least 1024 rows where they take under 1 GiB
+  // (513 MB at 128256 tokens), at least one row.
+  EXPECT_EQ(plan::linearCrossEntropyChunkRows(49152, 128256), 1024);
+  EXPECT_EQ(plan::linearCrossEntropyChunkRows(49152, 8000), (int64_t(64) << 20) / (4 * 8000));
+  EXPECT_EQ(plan::linearCrossEntropyChunkRows(49152, 1 << 20), 256); // 1 GiB / 4 MiB per row
   EXPECT_EQ(plan::linearCrossEntropyChunkRows(10, 256), 10);
   EXPECT_EQ(plan::linearCrossEntropyChunkRows(10, int64_t(1) << 30), 1);
   EXPECT_EQ(plan::linearCrossEntropyChunkRows(10, 256, 3), 3);
