@@ -15,34 +15,40 @@ llvm::Expected<int> parseResidentUnits(llvm::StringRef s) {
   return n;
 }
 
-int residentCandidates(const plan::Plan &p) {
-  int n = 0;
-  for (; n < p.units_size(); ++n) {
-    const plan::Unit &u = p.units(n);
+std::vector<int> residentCandidates(const plan::Plan &p) {
+  std::vector<int> units;
+  for (int u = 0; u < p.units_size(); ++u) {
     bool tied = false;
-    for (int32_t q : u.parameters()) tied |= p.parameters(q).units_size() > 1;
-    if (tied || u.parameters_size() == 0) break;
+    for (int32_t q : p.units(u).parameters()) tied |= p.parameters(q).units_size() > 1;
+    if (!tied && p.units(u).parameters_size() > 0) units.push_back(u);
   }
-  return n;
-}
-
-static void setResident(plan::Plan &p, int n) {
-  for (int u = 0; u < p.units_size(); ++u) p.mutable_units(u)->set_resident(u < n);
+  return units;
 }
 
 llvm::Error applyResidentPolicy(plan::Plan &p, const ScheduleOptions &o) {
-  const int most = residentCandidates(p);
-  if (o.residentUnits > p.units_size())
-    return err("--resident-units " + llvm::Twine(o.residentUnits) + ": the plan has " + llvm::Twine(p.units_size()) +
-               " units");
+  const std::vector<int> candidates = residentCandidates(p);
+  const int most = int(candidates.size());
+  auto setResident = [&](int n) {
+    for (plan::Unit &u : *p.mutable_units()) u.set_resident(false);
+    for (int i = 0; i < n; ++i) p.mutable_units(candidates[size_t(i)])->set_resident(true);
+  };
   if (o.residentUnits > most) {
-    const plan::Unit &u = p.units(most);
-    std::string why = u.parameters_size() == 0 ? "has no parameters" : "shares a parameter with another unit (tied weights, summed on the host)";
-    return err("--resident-units " + llvm::Twine(o.residentUnits) + ": unit '" + u.name() + "' " + why +
-               " and cannot be resident; at most " + llvm::Twine(most) + " leading units can");
+    std::string others;
+    for (int u = 0, i = 0; u < p.units_size(); ++u) {
+      if (i < most && candidates[size_t(i)] == u) {
+        ++i;
+        continue;
+      }
+      others += (others.empty() ? "'" : ", '") + p.units(u).name() + "'";
+    }
+    if (others.empty())
+      return err("--resident-units " + llvm::Twine(o.residentUnits) + ": the plan has " + llvm::Twine(most) + " units");
+    return err("--resident-units " + llvm::Twine(o.residentUnits) + ": " + llvm::Twine(most) + " of the plan's " +
+               llvm::Twine(p.units_size()) + " units can be resident; " + others +
+               " cannot (a unit that shares a parameter with another, as tied weights do, or has none)");
   }
   if (o.residentUnits >= 0) {
-    setResident(p, o.residentUnits);
+    setResident(o.residentUnits);
     return buildStreamSchedule(p, o);
   }
   const plan::Optimizer &opt = p.optimizer();
@@ -51,7 +57,7 @@ llvm::Error applyResidentPolicy(plan::Plan &p, const ScheduleOptions &o) {
     const int64_t limit = o.gpuBudgetBytes / 100 * 97;
     double bestSeconds = 0;
     for (int n = 0; n <= most; ++n) {
-      setResident(p, n);
+      setResident(n);
       if (auto e = buildStreamSchedule(p, o)) return e;
       if (p.schedule().device_bytes() > limit) break;
       auto pred = plan::predictStep(p, o.profile);
@@ -64,7 +70,7 @@ llvm::Error applyResidentPolicy(plan::Plan &p, const ScheduleOptions &o) {
       }
     }
   }
-  setResident(p, best);
+  setResident(best);
   return buildStreamSchedule(p, o);
 }
 

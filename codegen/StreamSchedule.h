@@ -20,7 +20,7 @@ struct ScheduleOptions {
   int64_t gpuBudgetBytes = plan::MachineProfile().usableGpuBytes(); // --gpu-mem
   int64_t hostBudgetBytes = 0; // --host-mem; 0: not checked
   Recompute recompute = Recompute::All; // --recompute
-  int residentUnits = 0;                 // --resident-units: leading units kept on the GPU (-1: auto; codegen/ResidentPolicy.h)
+  int residentUnits = 0;                 // --resident-units: units kept on the GPU, the first ones (-1: auto; codegen/ResidentPolicy.h)
   plan::MachineProfile profile;          // the rates the recompute policy weighs units by (--profile)
 };
 

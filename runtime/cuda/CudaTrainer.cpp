@@ -80,7 +80,7 @@ public:
   }
 
 protected:
-  void syncHostState() override;
+  void syncHostState(bool callerWrites) override;
 
 private:
   // Runs the schedule for one micro-batch (forward only when !backward).
@@ -398,11 +398,20 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   pending_.assign(size_t(plan_.parameters_size()), 0);
   partial_.resize(size_t(plan_.parameters_size()));
   optimizer_ = std::thread([this] { optimizerLoop(); });
-  if (opts.verbose)
+  if (opts.verbose) {
+    int residentUnits = 0;
+    int64_t residentBytes = 0;
+    for (int u = 0; u < plan_.units_size(); ++u)
+      if (resident_[size_t(u)]) ++residentUnits, residentBytes += plan::residentLayout(plan_, u).bytes;
     llvm::outs() << "device: " << prop.name << ", " << llvm::format("%.1f", double(s.device_bytes()) / (1ull << 30))
                  << " GiB of its " << llvm::format("%.1f", double(totalB) / (1ull << 30)) << " GiB planned ("
                  << s.weight_slots() << " weight slots of " << llvm::format("%.2f", s.weight_slot_bytes() / 1048576.0)
-                 << " MiB), compute " << computeModeName(gpu_.mode) << "\n";
+                 << " MiB";
+    if (residentUnits)
+      llvm::outs() << "; " << residentUnits << (residentUnits == 1 ? " unit" : " units") << " resident, "
+                   << llvm::format("%.2f", double(residentBytes) / (1ull << 30)) << " GiB";
+    llvm::outs() << "), compute " << computeModeName(gpu_.mode) << "\n";
+  }
   return llvm::Error::success();
 }
 
@@ -512,7 +521,7 @@ llvm::Error CudaTrainer::copyResident(bool toDevice) {
   return llvm::Error::success();
 }
 
-void CudaTrainer::syncHostState() {
+void CudaTrainer::syncHostState(bool callerWrites) {
   if (!anyResident_) return;
   if (deviceNewer_) {
     if (auto e = copyResident(false))
@@ -521,7 +530,7 @@ void CudaTrainer::syncHostState() {
                                false);
     deviceNewer_ = false;
   }
-  hostNewer_ = true;
+  hostNewer_ |= callerWrites;
 }
 
 uint8_t *CudaTrainer::unitWeights(const plan::StreamAction &a, const plan::WeightLayout &lay, llvm::Error &e) {

@@ -166,7 +166,7 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
     }
     bool last = step == opts.steps;
     if (!opts.checkpointDir.empty() && ((opts.checkpointEvery > 0 && step % opts.checkpointEvery == 0) || last)) {
-      if (auto e = saveCheckpoint(opts.checkpointDir, plan, trainer.state(), info)) return std::move(e);
+      if (auto e = saveCheckpoint(opts.checkpointDir, plan, trainer.currentState(), info)) return std::move(e);
       if (!opts.quiet) llvm::outs() << "checkpoint: " << opts.checkpointDir << " at step " << step << "\n";
     }
   }

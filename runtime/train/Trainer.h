@@ -41,7 +41,12 @@ public:
   // CUDA runtime's resident units) copies it back first, and takes the arrays
   // as possibly written by the caller before its next step.
   HostState &state() {
-    syncHostState();
+    syncHostState(/*callerWrites=*/true);
+    return state_;
+  }
+  // The same, to read only (a checkpoint): nothing goes back before the next step.
+  const HostState &currentState() {
+    syncHostState(/*callerWrites=*/false);
     return state_;
   }
   int64_t hostParamElements() const { return hostElements_; }
@@ -68,8 +73,8 @@ public:
 
 protected:
   explicit Trainer(const plan::Plan &p) : plan_(p) {}
-  // Called by state(): nothing on the CPU backend.
-  virtual void syncHostState() {}
+  // Called by state() and currentState(): nothing on the CPU backend.
+  virtual void syncHostState(bool /*callerWrites*/) {}
   // Sizes the host arrays and reads the optimizer settings and the loss.
   llvm::Error initHostState();
   void updateParam(int32_t id, const float *grad, float lr, float gradScale);

@@ -36,7 +36,7 @@ TEST(GpuResident, ClippedStepsMatchTheStreamingPlan) {
     EXPECT_NEAR(lb->gradNorm, la->gradNorm, 1e-5 * la->gradNorm) << "step " << s + 1;
     EXPECT_NEAR(lb->loss, la->loss, 1e-5 * std::abs(la->loss)) << "step " << s + 1;
   }
-  const runtime::HostState &sa = a->state(), &sb = b->state();
+  const runtime::HostState &sa = a->currentState(), &sb = b->currentState();
   EXPECT_EQ(sa.step, sb.step);
   for (const plan::Parameter &pp : streamed.parameters()) {
     EXPECT_LT(paramError(sb.m, sa.m, pp), 1e-4) << pp.name() << " first moment";
@@ -44,11 +44,12 @@ TEST(GpuResident, ClippedStepsMatchTheStreamingPlan) {
   }
 }
 
-// Six straight steps equal three, a checkpoint, a resume and three more, with
-// embed and layer.0 stepping on the GPU: the checkpoint holds their state as
-// of step 3, not the host arrays' stale copy, and the resumed run sends it to
-// the GPU. (GPU sums need not be bitwise repeatable: to 1e-5 here; a stale
-// unit is off by its three updates, far more.)
+// Six steps with a checkpoint every two equal three, a checkpoint, a resume
+// and three more, with embed and layer.0 stepping on the GPU: a checkpoint
+// holds their state as of its step, not the host arrays' stale copy, writing
+// one leaves the run's GPU state alone, and the resumed run sends it to the
+// GPU. (GPU sums need not be bitwise repeatable: to 1e-5 here; a stale unit
+// is off by its updates, far more.)
 TEST(GpuResident, ResumeContinuesFromTheGpuState) {
   plan::Plan p = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 2);
   llvm::SmallString<128> dir;
@@ -58,7 +59,7 @@ TEST(GpuResident, ResumeContinuesFromTheGpuState) {
     std::ofstream f(text);
     for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog " << i << "\n";
   }
-  auto run = [&](int64_t steps, const std::string &ckpt, const std::string &resume) {
+  auto run = [&](int64_t steps, const std::string &ckpt, const std::string &resume, int64_t every = 0) {
     cuda::CudaOptions o;
     o.verbose = false;
     auto t = cuda::createCudaTrainer(p, o);
@@ -69,12 +70,13 @@ TEST(GpuResident, ResumeContinuesFromTheGpuState) {
     lo.seed = 7;
     lo.quiet = true;
     lo.checkpointDir = ckpt;
+    lo.checkpointEvery = every;
     lo.resume = resume;
     auto losses = runtime::runTraining(**t, lo);
     EXPECT_TRUE(bool(losses)) << (losses ? "" : llvm::toString(losses.takeError()));
     return std::make_pair(std::move(*t), losses ? *losses : std::vector<double>{});
   };
-  auto [straight, lossesA] = run(6, "", "");
+  auto [straight, lossesA] = run(6, std::string(dir) + "/every2", "", 2);
   std::string ck = std::string(dir) + "/ck";
   auto [first, lossesB1] = run(3, ck, "");
   auto [second, lossesB2] = run(6, "", ck);
@@ -85,7 +87,7 @@ TEST(GpuResident, ResumeContinuesFromTheGpuState) {
     EXPECT_NEAR(lossesA[i], lossesB1[i], 1e-5 * lossesA[i]) << "step " << i + 1;
     EXPECT_NEAR(lossesA[3 + i], lossesB2[i], 1e-5 * lossesA[3 + i]) << "step " << i + 4;
   }
-  const runtime::HostState &a = straight->state(), &b = second->state();
+  const runtime::HostState &a = straight->currentState(), &b = second->currentState();
   EXPECT_EQ(a.step, b.step);
   for (const plan::Parameter &pp : p.parameters()) {
     EXPECT_LT(paramError(b.params, a.params, pp), 1e-4) << pp.name();

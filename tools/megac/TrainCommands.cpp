@@ -47,9 +47,10 @@ static cl::opt<std::string> RecomputeFlag(
     cl::init("all"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ResidentUnits(
     "resident-units",
-    cl::desc("Leading units whose fp32 weights and AdamW moments stay on the GPU and step there, instead of streaming: "
-             "the units the next step needs first are the last whose gradients arrive (0: every unit streams; auto: "
-             "as many as the cost model says shorten the step, within the GPU budget)"),
+    cl::desc("The first N units (in forward order, skipping tied ones) whose fp32 weights and AdamW moments stay on "
+             "the GPU and step there, instead of streaming: the units the next step needs first are the last whose "
+             "gradients arrive (0: every unit streams; auto: as many as the cost model says shorten the step, within "
+             "the GPU budget)"),
     cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()));
