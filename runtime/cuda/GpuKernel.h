@@ -61,6 +61,21 @@ struct GpuContext {
   void *attentionStash = nullptr;
   size_t attentionStashBytes = 0;
   uint64_t programRun = 0; // GpuProgram::run counts its runs here
+  // bf16 mode: ltMatmul's bf16 copy of the last A operand it packed, at the
+  // start of the scratch it was given. A product that reads the same fp32
+  // matrix (a layer's normed input, read by its q, k and v products) reuses it
+  // instead of packing it again, while `packReuse` is on (GpuProgram::run
+  // turns it on for its ops), `packEpoch` is unchanged (GpuProgram::run moves
+  // it around every op but products and views, any of which may write the
+  // source or the scratch) and no product has written over the source since.
+  bool packReuse = false;
+  uint64_t packEpoch = 1;
+  struct PackedA {
+    const void *src = nullptr, *dst = nullptr;
+    int64_t rows = 0, cols = 0, ld = 0, stride = 0, batch = 0;
+    uint64_t epoch = 0;
+  } packedA;
+  uint64_t packsReused = 0; // products that took packedA (tests read it)
   struct StashOwner {
     uint64_t run = 0;
     const void *q = nullptr, *k = nullptr, *v = nullptr; // the op's input identities in that run

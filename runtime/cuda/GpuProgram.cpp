@@ -2,6 +2,7 @@
 
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/OpTimer.h"
+#include "runtime/plan/MemoryPlan.h"
 
 namespace megac::cuda {
 
@@ -136,6 +137,13 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
   }
   for (size_t i = 0; i < args.size(); ++i) env[size_t(arguments_[i])].data = args[i];
   ++ctx.programRun; // env's tensors identify this run's values to the kernels (the attention stash)
+  // Products may share the bf16 copy of an operand (GpuContext::packedA)
+  // while only products and views run between them.
+  struct PackReuse {
+    GpuContext &ctx;
+    explicit PackReuse(GpuContext &c) : ctx(c) { ++ctx.packEpoch, ctx.packReuse = true; }
+    ~PackReuse() { ++ctx.packEpoch, ctx.packReuse = false; }
+  } packReuse(ctx);
   for (const Op &op : ops_) {
     GpuKernelContext kc{op.attrs, ctx, {}, {}, {}};
     kc.inputs.reserve(op.inputs.size());
@@ -146,9 +154,14 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
     for (int32_t out : op.outputs) kc.outputs.push_back(out >= 0 ? &env[size_t(out)] : nullptr);
     kc.workspace = workspace;
     kc.workspaceBytes = workspaceBytes_;
+    const bool keepsPack = op.type == "MatMul" || op.type == "Gemm" ||
+                           (plan::isViewOp(op.type) && kc.inputs.size() >= 1 && kc.outputs.size() == 1 && kc.inputs[0] &&
+                            kc.outputs[0] && kc.inputs[0]->data == kc.outputs[0]->data);
+    if (!keepsPack) ++ctx.packEpoch;
     if (ctx.timer)
       if (auto e = ctx.timer->begin(op.type + (backward_ ? " (backward)" : ""), ctx.stream)) return e;
     if (auto e = op.kernel->run(kc)) return err(what_ + ": op '" + op.name + "': " + llvm::toString(std::move(e)));
+    if (!keepsPack) ++ctx.packEpoch;
     if (ctx.timer)
       if (auto e = ctx.timer->end(ctx.stream)) return e;
   }

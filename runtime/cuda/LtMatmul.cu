@@ -347,6 +347,23 @@ llvm::Error packBf16(GpuContext &ctx, __nv_bfloat16 *dst, const float *src, cons
   return llvm::Error::success();
 }
 
+// Bytes from a stored operand's first element past its last.
+int64_t spanBytes(const Stored &m, int64_t elemBytes) {
+  if (m.packedElems() == 0) return 0;
+  return ((m.stride == 0 ? 0 : (m.batch - 1) * m.stride) + (m.rows - 1) * m.ld + m.cols) * elemBytes;
+}
+
+bool overlaps(const void *a, int64_t aBytes, const void *b, int64_t bBytes) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return aBytes > 0 && bBytes > 0 && x < y + uintptr_t(bBytes) && y < x + uintptr_t(aBytes);
+}
+
+bool reusable(const GpuContext &ctx, const float *src, const Stored &m, const void *dst) {
+  const GpuContext::PackedA &p = ctx.packedA;
+  return ctx.packReuse && p.epoch == ctx.packEpoch && p.src == src && p.dst == dst && p.rows == m.rows &&
+         p.cols == m.cols && p.ld == m.ld && p.stride == m.stride && p.batch == m.batch;
+}
+
 } // namespace
 
 llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
@@ -375,7 +392,12 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
     auto *pa = static_cast<__nv_bfloat16 *>(g.scratch);
     auto *pb = bPacked ? static_cast<__nv_bfloat16 *>(const_cast<void *>(g.bPackedBf16))
                        : pa + align128(sa.packedElems());
-    if (auto e = packBf16(ctx, pa, g.a, sa)) return e;
+    if (reusable(ctx, g.a, sa, pa)) {
+      ++ctx.packsReused;
+    } else {
+      if (auto e = packBf16(ctx, pa, g.a, sa)) return e;
+      ctx.packedA = {g.a, pa, sa.rows, sa.cols, sa.ld, sa.stride, sa.batch, ctx.packEpoch};
+    }
     if (!bPacked)
       if (auto e = packBf16(ctx, pb, g.b, sb)) return e;
     op.lda = sa.cols, op.strideA = sa.stride == 0 ? 0 : sa.rows * sa.cols;
@@ -385,6 +407,13 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   } else if (ctx.mode == ComputeMode::BF16) {
     noteFp32Operands(g, g.scratch ? "its scratch cannot hold their bf16 copies" : "it was given no scratch for them");
   }
+  // This product's output may cover the packed copy's source (a value that
+  // took the bytes of one no longer live): that copy is stale from here.
+  const Stored sc{g.m, g.n, g.ldc, g.strideC, g.batch};
+  if (overlaps(ctx.packedA.src, spanBytes(Stored{ctx.packedA.rows, ctx.packedA.cols, ctx.packedA.ld,
+                                                 ctx.packedA.stride, ctx.packedA.batch}, 4),
+               g.c, spanBytes(sc, 4)))
+    ctx.packedA = {};
   const size_t opBytes = bf16 ? 2 : 4;
   for (int64_t first = 0; first < g.batch; first += kMaxBatchPerCall) {
     LtGemm chunk = op;

@@ -4,6 +4,8 @@
 // over outer groups, > 65535 products), odd sizes, every Gemm transpose and C
 // form, and each compute mode with its tolerance.
 #include "GpuOpCheck.h"
+#include "runtime/cuda/LtMatmul.h"
+#include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>
 #include <cmath>
@@ -285,3 +287,89 @@ TEST(GemmGpu, UnsupportedTypeIsAnError) {
 }
 
 } // namespace
+
+namespace {
+
+// Device copies of host float arrays, freed at the end of the scope.
+struct DeviceFloats {
+  float *p = nullptr;
+  explicit DeviceFloats(const std::vector<float> &h) {
+    cudaMalloc(&p, h.size() * 4);
+    cudaMemcpy(p, h.data(), h.size() * 4, cudaMemcpyHostToDevice);
+  }
+  ~DeviceFloats() { cudaFree(p); }
+};
+
+std::vector<float> randomFloats(size_t n, unsigned seed) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = float(std::sin(double(i) * 0.37 + seed) * 0.9);
+  return v;
+}
+
+std::vector<float> download(const float *d, size_t n) {
+  std::vector<float> h(n);
+  cudaMemcpy(h.data(), d, n * 4, cudaMemcpyDeviceToHost);
+  return h;
+}
+
+} // namespace
+
+// Products that read the same A one after another (a layer's q, k and v)
+// share its bf16 copy, bit for bit; after a product that writes over A's
+// bytes without packing (no scratch), or an epoch change (GpuProgram: any op
+// but a product or a view), the next one packs A again.
+TEST(MatMulGpu, ConsecutiveProductsShareThePackedA) {
+  cuda::GpuContext &ctx = gpu().get();
+  const int64_t M = 64, K = 96, N = 80, S = std::max({M * K, K * N, M * N});
+  const std::vector<float> zeros(static_cast<size_t>(S), 0.0f);
+  DeviceFloats a(randomFloats(size_t(S), 1)), b1(randomFloats(size_t(S), 2)), b2(randomFloats(size_t(S), 3)), c(zeros),
+      ref(zeros);
+  void *scratch = nullptr;
+  const size_t scratchBytes = size_t(plan::bf16PackBytes(M * K, K * N));
+  ASSERT_EQ(cudaMalloc(&scratch, scratchBytes), cudaSuccess);
+  const ComputeMode saved = ctx.mode;
+  ctx.mode = ComputeMode::BF16;
+  auto product = [&](const float *A, const float *B, float *C, bool packs = true) {
+    cuda::LtGemm g;
+    g.m = M, g.n = N, g.k = K;
+    g.a = A, g.b = B, g.c = C;
+    if (packs) g.scratch = scratch, g.scratchBytes = scratchBytes;
+    llvm::Error e = cuda::ltMatmul(ctx, g);
+    EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    cudaStreamSynchronize(ctx.stream);
+  };
+  auto result = [&](const float *A, const float *B) { // without reuse
+    const bool was = ctx.packReuse;
+    ctx.packReuse = false;
+    product(A, B, ref.p);
+    ctx.packReuse = was;
+    ++ctx.packEpoch;
+    return download(ref.p, size_t(M * N));
+  };
+  const std::vector<float> want = result(a.p, b2.p);
+  ctx.packReuse = true;
+  const uint64_t reused = ctx.packsReused;
+  product(a.p, b1.p, c.p);
+  product(a.p, b2.p, c.p);
+  EXPECT_EQ(ctx.packsReused, reused + 1);
+  EXPECT_TRUE(download(c.p, size_t(M * N)) == want);
+
+  product(a.p, b1.p, c.p); // A is still the packed copy: reused
+  EXPECT_EQ(ctx.packsReused, reused + 2);
+  product(b1.p, b2.p, a.p, /*packs=*/false); // new values in A's bytes, on fp32 operands
+  product(a.p, b2.p, c.p);                   // must pack the new A
+  EXPECT_EQ(ctx.packsReused, reused + 2);
+  const std::vector<float> got = download(c.p, size_t(M * N));
+  EXPECT_TRUE(got == result(a.p, b2.p));
+  EXPECT_FALSE(got == want);
+
+  product(a.p, b2.p, c.p); // packs (result() moved the epoch)
+  product(a.p, b2.p, c.p); // reused
+  EXPECT_EQ(ctx.packsReused, reused + 3);
+  ++ctx.packEpoch;
+  product(a.p, b2.p, c.p); // another epoch: packs again
+  EXPECT_EQ(ctx.packsReused, reused + 3);
+  ctx.packReuse = false;
+  ctx.mode = saved;
+  cudaFree(scratch);
+}
