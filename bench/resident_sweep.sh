@@ -6,7 +6,8 @@
 #
 # Run ON THE GPU MACHINE from the repo root:   OUT=/some/dir bench/resident_sweep.sh BUILD_DIR
 # Carried: BUILD_DIR (megac built with CUDA) and .bench/bench2.8b.onnx. COUNTS (default
-# "0 2 3 4 6 auto") and STEPS (default 6; the first is not timed). Results: $OUT/sweep.json and
+# "0 2 3 4 6 auto") and STEPS (default 6; the first is not timed); PROFILE=0 skips measuring the
+# machine (the built-in profile predicts), PEER=0 the PyTorch run. Results: $OUT/sweep.json and
 # the table on stdout. About 3 minutes of device time.
 set -uo pipefail
 
@@ -26,7 +27,7 @@ for f in "$BUILD/megac" "$MODEL"; do
 done
 
 prof_flag=""
-if [ -x "$BUILD/megac_profile" ] && timeout 90 "$BUILD/megac_profile" "$OUT/machine.profile" >/dev/null 2>&1; then
+if [ "${PROFILE:-1}" = 1 ] && [ -x "$BUILD/megac_profile" ] && timeout 90 "$BUILD/megac_profile" "$OUT/machine.profile" >/dev/null 2>&1; then
   prof_flag="--profile $OUT/machine.profile"
 fi
 "$PY" -c "import numpy as np; np.random.default_rng(0).integers(0, 32000, 1 << 22, dtype=np.uint16).tofile('$WORK/tokens.u16')"
@@ -47,8 +48,10 @@ for n in $COUNTS; do
   echo "run: rc $?"; grep -E "^device:|step +$STEPS/" "$OUT/run_$n.txt"
 done
 
-echo "== PyTorch peer: gpu ($(date +%T))"
-OUT="$OUT" timeout 110 "$PY" bench/peer_pytorch.py gpu 2>&1 | grep -v -i "warn" | tail -3
+if [ "${PEER:-1}" = 1 ]; then
+  echo "== PyTorch peer: gpu ($(date +%T))"
+  OUT="$OUT" timeout 110 "$PY" bench/peer_pytorch.py gpu 2>&1 | grep -v -i "warn" | tail -3
+fi
 
 "$PY" - "$OUT" "$COUNTS" <<'PYEOF'
 import json, os, re, statistics as st, sys

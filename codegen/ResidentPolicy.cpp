@@ -2,6 +2,8 @@
 
 #include "runtime/plan/CostModel.h"
 
+#include <algorithm>
+
 namespace megac::codegen {
 
 static llvm::Error err(const llvm::Twine &m) {
@@ -55,19 +57,18 @@ llvm::Error applyResidentPolicy(plan::Plan &p, const ScheduleOptions &o) {
   int best = 0;
   if (opt.clip() <= 0 && opt.grad_accum() <= 1) {
     const int64_t limit = o.gpuBudgetBytes / 100 * 97;
-    double bestSeconds = 0;
+    std::vector<double> predicted; // by count, while the plan fits
     for (int n = 0; n <= most; ++n) {
       setResident(n);
       if (auto e = buildStreamSchedule(p, o)) return e;
       if (p.schedule().device_bytes() > limit) break;
       auto pred = plan::predictStep(p, o.profile);
       if (!pred) return pred.takeError();
-      if (n == 0 || pred->stepSeconds < bestSeconds * 0.995) {
-        best = n;
-        bestSeconds = pred->stepSeconds;
-      } else if (n >= best + 2) {
-        break; // two more units gained nothing
-      }
+      predicted.push_back(pred->stepSeconds);
+    }
+    if (!predicted.empty()) {
+      const double fastest = *std::min_element(predicted.begin(), predicted.end());
+      while (best + 1 < int(predicted.size()) && predicted[size_t(best)] > fastest * 1.005) ++best;
     }
   }
   setResident(best);

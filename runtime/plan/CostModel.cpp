@@ -125,6 +125,12 @@ static llvm::Error linearCrossEntropyWork(const Program &p, const Program::Op &o
 
 llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
   ProgramWork w;
+  // The runtime packs a product's A once for consecutive products that read
+  // it alike (only products and views between: GpuContext::packedA): the
+  // last packed A as (the value whose bytes it is, its shape, transA).
+  std::vector<int32_t> root(static_cast<size_t>(p.values_size()));
+  for (int32_t v = 0; v < p.values_size(); ++v) root[size_t(v)] = v;
+  std::string lastPackedA;
   for (const Program::Op &op : p.ops()) {
     for (int32_t id : op.inputs())
       if (id < -1 || id >= p.values_size()) return err("op '" + op.name() + "' reads value " + llvm::Twine(id) + ", which does not exist");
@@ -137,22 +143,34 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
       const Program::Value *y = op.outputs_size() > 0 ? valueAt(p, op.outputs(0)) : nullptr;
       if (!a || !y || a->type().shape_size() == 0) return err("op '" + op.name() + "' (" + type + ") lacks A or Y");
       int64_t k = a->type().shape(a->type().shape_size() - 1);
+      bool transA = false;
       if (type == "Gemm") {
         auto attrs = fromProto(op.attributes());
         if (!attrs) return attrs.takeError();
-        if (attrs->getInt("transA", 0) != 0) k = a->type().shape(0);
+        transA = attrs->getInt("transA", 0) != 0;
+        if (transA) k = a->type().shape(0);
       }
       const double flops = 2.0 * double(numel(y->type())) * double(k);
       w.gemmFlops += flops;
       const Program::Value *b = op.inputs_size() > 1 ? valueAt(p, op.inputs(1)) : nullptr;
-      if (bf16Operands && b) w.memoryBytes += 6.0 * double(numel(a->type()) + numel(b->type()));
+      std::string aKey =
+          std::to_string(root[size_t(op.inputs(0))]) + ":" + a->type().SerializeAsString() + (transA ? ":t" : "");
+      if (bf16Operands && b)
+        w.memoryBytes += 6.0 * double((aKey == lastPackedA ? 0 : numel(a->type())) + numel(b->type()));
+      lastPackedA = std::move(aKey);
     } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
       if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return std::move(e);
     } else if (type == "Attention" || type == "megac.AttentionGrad") {
       if (auto e = attentionWork(p, op, bf16Operands, w)) return std::move(e);
     } else if (!viewSharesBytes(p, op)) {
       w.memoryBytes += memoryBytes(p, op);
+      lastPackedA.clear();
+    } else if (op.outputs_size() > 0 && op.outputs(0) >= 0) {
+      root[size_t(op.outputs(0))] = root[size_t(op.inputs(0))];
     }
+    if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad" || type == "Attention" ||
+        type == "megac.AttentionGrad")
+      lastPackedA.clear();
   }
   return w;
 }

@@ -88,6 +88,27 @@ TEST(CostModel, Bf16PlansCountOperandPacking) {
   EXPECT_DOUBLE_EQ(bf->gemmFlops, fp->gemmFlops);
 }
 
+// Consecutive products that read the same A (through views, as a layer's q,
+// k and v products read its normed input) pack it once, as the runtime does;
+// any other op between, or another A, packs it again.
+TEST(CostModel, ConsecutiveProductsPackTheirSharedAOnce) {
+  plan::Program p;
+  int32_t x = addValue(p, {4, 8, 64}, kArg), x2 = addValue(p, {32, 64});
+  int32_t w1 = addValue(p, {64, 16}, kArg), w2 = addValue(p, {64, 16}, kArg);
+  int32_t y1 = addValue(p, {32, 16}), y2 = addValue(p, {32, 16}), y3 = addValue(p, {32, 16}), y4 = addValue(p, {32, 16});
+  int32_t shape = addValue(p, {2}, plan::Program::Value::CONSTANT);
+  addOp(p, "Reshape", {x, shape}, {x2});
+  addOp(p, "Gemm", {x2, w1}, {y1});
+  addOp(p, "Gemm", {x2, w2}, {y2}); // same A: not packed again
+  addOp(p, "Relu", {y2}, {y3});     // another op: the next packs again
+  addOp(p, "Gemm", {x2, w1}, {y4});
+  auto bf = plan::programWork(p, /*bf16Operands=*/true);
+  ASSERT_TRUE(bool(bf)) << llvm::toString(bf.takeError());
+  const double relu = 2.0 * 4 * 32 * 16;                 // read + write f32
+  const double reshape = 2.0 * 4 * (4 * 8 * 64) + 4 * 2;  // a view of an argument copies it (and reads its shape)
+  EXPECT_DOUBLE_EQ(bf->memoryBytes, 6.0 * (2 * 32 * 64 + 3 * 64 * 16) + relu + reshape);
+}
+
 TEST(CostModel, AttentionFlops) {
   // Q [2,4,S,8] (B=2, 4 heads, D=8), K and V [2,2,S,8] (GQA, 2 kv heads).
   auto build = [](int64_t S, bool causal, bool grad, bool bf16) {
