@@ -4,11 +4,9 @@
 // per-step match of their GPU AdamW against the host's is GpuTrainTest's
 // *_resident* cases.
 #include "GpuTrainerUtil.h"
-#include "runtime/train/TrainLoop.h"
 
 #include "llvm/Support/FileSystem.h"
 
-#include <fstream>
 
 using namespace megac;
 using namespace megac::testing;
@@ -55,26 +53,14 @@ TEST(GpuResident, ResumeContinuesFromTheGpuState) {
   llvm::SmallString<128> dir;
   ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("megac-gpu-resume", dir));
   std::string text = std::string(dir) + "/data.txt";
-  {
-    std::ofstream f(text);
-    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog " << i << "\n";
-  }
+  writeTrainingText(text);
   auto run = [&](int64_t steps, const std::string &ckpt, const std::string &resume, int64_t every = 0) {
     cuda::CudaOptions o;
     o.verbose = false;
     auto t = cuda::createCudaTrainer(p, o);
     EXPECT_TRUE(bool(t)) << (t ? "" : llvm::toString(t.takeError()));
-    runtime::TrainLoopOptions lo;
-    lo.steps = steps;
-    lo.text = text;
-    lo.seed = 7;
-    lo.quiet = true;
-    lo.checkpointDir = ckpt;
-    lo.checkpointEvery = every;
-    lo.resume = resume;
-    auto losses = runtime::runTraining(**t, lo);
-    EXPECT_TRUE(bool(losses)) << (losses ? "" : llvm::toString(losses.takeError()));
-    return std::make_pair(std::move(*t), losses ? *losses : std::vector<double>{});
+    std::vector<double> losses = trainOnText(**t, text, steps, ckpt, resume, every);
+    return std::make_pair(std::move(*t), losses);
   };
   auto [straight, lossesA] = run(6, std::string(dir) + "/every2", "", 2);
   std::string ck = std::string(dir) + "/ck";

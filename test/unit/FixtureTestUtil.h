@@ -7,7 +7,9 @@
 #include "ir/Eval.h"
 #include "ir/Graph.h"
 #include "passes/Pass.h"
+#include "runtime/train/TrainLoop.h"
 #include "runtime/train/Trainer.h"
+#include "runtime/train/Weights.h"
 
 #include <gtest/gtest.h>
 
@@ -239,5 +241,47 @@ inline double trainedDistance(runtime::Trainer &t, const std::string &model, con
 
 inline const char *const kFixtures[] = {"llama", "llama_noopt", "llama_sdpa", "llama_op23",
                                         "gpt2",  "gpt2_noopt",  "llama_small"};
+
+// A trainer with the plan's initial weights loaded (`initialized`: how many
+// parameters had no data and were initialized), or null after a test failure.
+inline std::unique_ptr<runtime::Trainer> withWeights(llvm::Expected<std::unique_ptr<runtime::Trainer>> t,
+                                                     const plan::Plan &p, int64_t *initialized = nullptr) {
+  if (!t) {
+    ADD_FAILURE() << llvm::toString(t.takeError());
+    return nullptr;
+  }
+  auto n = runtime::loadInitialWeights(p, (*t)->state(), {});
+  if (!n) {
+    ADD_FAILURE() << llvm::toString(n.takeError());
+    return nullptr;
+  }
+  if (initialized) *initialized = *n;
+  return std::move(*t);
+}
+
+// A small text to train on (bytes as tokens), written to `path`.
+inline void writeTrainingText(const std::string &path) {
+  std::ofstream f(path);
+  for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog " << i << "\n";
+}
+
+// runTraining on a text file (seed 7, quiet): to `steps`, checkpointing into
+// `ckpt` every `every` steps (and at the end) where given, resuming from
+// `resume` where given. The losses of the steps run.
+inline std::vector<double> trainOnText(runtime::Trainer &t, const std::string &text, int64_t steps,
+                                       const std::string &ckpt = "", const std::string &resume = "",
+                                       int64_t every = 0) {
+  runtime::TrainLoopOptions lo;
+  lo.steps = steps;
+  lo.text = text;
+  lo.seed = 7;
+  lo.quiet = true;
+  lo.checkpointDir = ckpt;
+  lo.checkpointEvery = every;
+  lo.resume = resume;
+  auto losses = runtime::runTraining(t, lo);
+  EXPECT_TRUE(bool(losses)) << (losses ? "" : llvm::toString(losses.takeError()));
+  return losses ? *losses : std::vector<double>{};
+}
 
 } // namespace megac::testing

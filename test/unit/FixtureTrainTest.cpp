@@ -32,18 +32,10 @@ std::map<std::string, MapEntry> initializerMap(const std::string &model) {
 plan::Plan compileFixture(const std::string &model) { return compileFixturePlan(model); }
 
 std::unique_ptr<runtime::Trainer> makeTrainer(const plan::Plan &p) {
-  auto t = runtime::Trainer::create(p);
-  if (!t) {
-    ADD_FAILURE() << llvm::toString(t.takeError());
-    return nullptr;
-  }
-  auto initialized = runtime::loadInitialWeights(p, (*t)->state(), {});
-  if (!initialized) {
-    ADD_FAILURE() << llvm::toString(initialized.takeError());
-    return nullptr;
-  }
-  EXPECT_EQ(*initialized, 0);
-  return std::move(*t);
+  int64_t initialized = -1;
+  auto t = withWeights(runtime::Trainer::create(p), p, &initialized);
+  if (t) EXPECT_EQ(initialized, 0);
+  return t;
 }
 
 Tensor transpose2d(const Tensor &t) {
@@ -124,23 +116,12 @@ TEST(FixtureTrainResume, TenStepsEqualFivePlusResumePlusFive) {
   llvm::SmallString<128> dir;
   ASSERT_FALSE(llvm::sys::fs::createUniqueDirectory("megac-resume", dir));
   std::string text = std::string(dir) + "/data.txt";
-  {
-    std::ofstream f(text);
-    for (int i = 0; i < 200; ++i) f << "the quick brown fox jumps over the lazy dog " << i << "\n";
-  }
+  writeTrainingText(text);
   auto run = [&](int64_t steps, const std::string &ckpt, const std::string &resume) {
     auto t = runtime::Trainer::create(p);
     EXPECT_TRUE(bool(t));
-    runtime::TrainLoopOptions lo;
-    lo.steps = steps;
-    lo.text = text;
-    lo.seed = 7;
-    lo.quiet = true;
-    lo.checkpointDir = ckpt;
-    lo.resume = resume;
-    auto losses = runtime::runTraining(**t, lo);
-    EXPECT_TRUE(bool(losses)) << (losses ? "" : llvm::toString(losses.takeError()));
-    return std::make_pair(std::move(*t), losses ? *losses : std::vector<double>{});
+    std::vector<double> losses = trainOnText(**t, text, steps, ckpt, resume);
+    return std::make_pair(std::move(*t), losses);
   };
   auto [straight, lossesA] = run(10, "", "");
   std::string ck = std::string(dir) + "/ck";
