@@ -23,7 +23,7 @@ namespace {
 class ActionBuilder {
 public:
   ActionBuilder(plan::StreamSchedule &s, const plan::Plan &p, int weightSlots, int gradSlots)
-      : s_(s), p_(p), K_(weightSlots), G_(gradSlots), resident_(size_t(weightSlots), -1),
+      : s_(s), K_(weightSlots), G_(gradSlots), resident_(size_t(weightSlots), -1),
         wFreeRecorded_(size_t(weightSlots), false), gFreeRecorded_(size_t(gradSlots), false),
         sFreeRecorded_(size_t(gradSlots), false), slotOf_(size_t(p.units_size()), -1) {
     for (char kind : {'w', 'g', 's'}) {
@@ -126,7 +126,6 @@ private:
   }
 
   plan::StreamSchedule &s_;
-  const plan::Plan &p_;
   int K_, G_;
   std::vector<int> resident_;
   std::vector<bool> wFreeRecorded_, gFreeRecorded_, sFreeRecorded_;
