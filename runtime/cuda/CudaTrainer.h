@@ -4,7 +4,9 @@
 // just before use and its gradients stream out (D2H) right after its
 // backward, on three CUDA streams linked by the events of the plan's
 // StreamSchedule, which this runtime follows action by action; the CPU
-// updates each unit with AdamW while the GPU works on earlier units.
+// updates each unit with AdamW while the GPU works on earlier units. Resident
+// units (codegen/ResidentPolicy.h) keep weights and moments on the GPU and
+// step there; Trainer::state() brings their state to the host arrays.
 #include "runtime/train/Trainer.h"
 
 namespace megac::cuda {
