@@ -123,8 +123,10 @@ def main():
     ap.add_argument("--shapes", default=".bench/shapes")
     ap.add_argument("--json", default=None, help="write every plan's summary here")
     ap.add_argument("--no-max-batch", action="store_true", help="skip the largest-batch search")
-    ap.add_argument("extra", nargs="*", help="extra compile flags, after --")
-    args = ap.parse_args()
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = ap.parse_args(argv[:argv.index("--")] if "--" in argv else argv)
+    args.extra = extra  # after "--", anywhere: argparse would take them only before the options
 
     order = ["bench2.8b", "llama8b", "llama70b", "qwen72b", "dense120b", "llama405b"]
     files = sorted(glob.glob(os.path.join(args.shapes, "*.onnx")),
