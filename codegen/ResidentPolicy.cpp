@@ -1,6 +1,7 @@
 #include "codegen/ResidentPolicy.h"
 
 #include "runtime/plan/CostModel.h"
+#include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>
 
@@ -19,11 +20,8 @@ llvm::Expected<int> parseResidentUnits(llvm::StringRef s) {
 
 std::vector<int> residentCandidates(const plan::Plan &p) {
   std::vector<int> units;
-  for (int u = 0; u < p.units_size(); ++u) {
-    bool tied = false;
-    for (int32_t q : p.units(u).parameters()) tied |= p.parameters(q).units_size() > 1;
-    if (!tied && p.units(u).parameters_size() > 0) units.push_back(u);
-  }
+  for (int u = 0; u < p.units_size(); ++u)
+    if (plan::canBeResident(p, u)) units.push_back(u);
   return units;
 }
 

@@ -17,8 +17,7 @@ namespace megac::codegen {
 // "auto" -> -1, else a count >= 0.
 llvm::Expected<int> parseResidentUnits(llvm::StringRef s);
 
-// The units that may be resident, in forward order: those with parameters,
-// none of them shared with another unit.
+// The units that may be resident (plan::canBeResident), in forward order.
 std::vector<int> residentCandidates(const plan::Plan &p);
 
 // Sets Unit.resident on the first o.residentUnits candidates and builds the

@@ -23,7 +23,7 @@ namespace {
 class ActionBuilder {
 public:
   ActionBuilder(plan::StreamSchedule &s, const plan::Plan &p, int weightSlots, int gradSlots)
-      : s_(s), K_(weightSlots), G_(gradSlots), resident_(size_t(weightSlots), -1),
+      : s_(s), K_(weightSlots), G_(gradSlots), inSlot_(size_t(weightSlots), -1),
         wFreeRecorded_(size_t(weightSlots), false), gFreeRecorded_(size_t(gradSlots), false),
         sFreeRecorded_(size_t(gradSlots), false), slotOf_(size_t(p.units_size()), -1) {
     for (char kind : {'w', 'g', 's'}) {
@@ -54,12 +54,12 @@ public:
   // not updated before).
   void prefetch(int unit) {
     int k = weightSlotOf(unit);
-    if (resident_[size_t(k)] == unit) return;
+    if (inSlot_[size_t(k)] == unit) return;
     StreamAction *a = add(StreamAction::PREFETCH, StreamAction::H2D, unit);
     a->set_weight_slot(k);
     if (wFreeRecorded_[size_t(k)]) a->add_waits(event('w', k, false));
     a->add_records(event('w', k, true));
-    resident_[size_t(k)] = unit;
+    inSlot_[size_t(k)] = unit;
   }
 
   int forward(int unit) {
@@ -127,7 +127,7 @@ private:
 
   plan::StreamSchedule &s_;
   int K_, G_;
-  std::vector<int> resident_;
+  std::vector<int> inSlot_; // per weight slot: the unit whose weights it holds, -1 none yet
   std::vector<bool> wFreeRecorded_, gFreeRecorded_, sFreeRecorded_;
   std::vector<int> slotOf_;
 };

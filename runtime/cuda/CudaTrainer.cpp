@@ -365,10 +365,9 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   for (int u = 0; u < plan_.units_size(); ++u) {
     const plan::Unit &unit = plan_.units(u);
     if (!unit.resident()) continue;
-    for (int32_t q : unit.parameters())
-      if (plan_.parameters(q).units_size() > 1)
-        return err("unit '" + unit.name() + "' is resident but shares parameter '" + plan_.parameters(q).name() +
-                   "' with another unit: recompile with a smaller --resident-units");
+    if (!plan::canBeResident(plan_, u))
+      return err("unit '" + unit.name() + "' is resident, but it shares a parameter with another unit or has none: "
+                 "recompile with a smaller --resident-units");
     resident_[size_t(u)] = region(plan::DeviceRegion::RESIDENT, u, plan::residentLayout(plan_, u).bytes, e);
     if (e) return e;
     anyResident_ = true;

@@ -160,17 +160,16 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
       lastPackedA = std::move(aKey);
     } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
       if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return std::move(e);
+      lastPackedA.clear();
     } else if (type == "Attention" || type == "megac.AttentionGrad") {
       if (auto e = attentionWork(p, op, bf16Operands, w)) return std::move(e);
+      lastPackedA.clear();
     } else if (!viewSharesBytes(p, op)) {
       w.memoryBytes += memoryBytes(p, op);
       lastPackedA.clear();
     } else if (op.outputs_size() > 0 && op.outputs(0) >= 0) {
       root[size_t(op.outputs(0))] = root[size_t(op.inputs(0))];
     }
-    if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad" || type == "Attention" ||
-        type == "megac.AttentionGrad")
-      lastPackedA.clear();
   }
   return w;
 }

@@ -125,6 +125,8 @@ private:
         return violation("malformed plan", "unit " + unitName(u) + " has no template " + llvm::Twine(unit.template_id()));
       for (int32_t id : unit.parameters())
         if (id < 0 || id >= p_.parameters_size()) return violation("malformed plan", "unit " + unitName(u) + " binds parameter " + llvm::Twine(id) + ", which does not exist");
+      if (unit.resident() && !canBeResident(p_, u))
+        return violation("malformed plan", "unit " + unitName(u) + " is resident, but it shares a parameter with another unit or has none");
       for (int32_t a : unit.activation_outputs()) {
         if (a < 0 || a >= A) return violation("malformed plan", "unit " + unitName(u) + " writes activation " + llvm::Twine(a) + ", which does not exist");
         if (producer_[size_t(a)] >= 0) return violation("malformed plan", "activation " + activationName(a) + " is written by two units");

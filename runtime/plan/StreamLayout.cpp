@@ -27,6 +27,13 @@ int64_t largestUnitWeightBytes(const Plan &p, bool streamedOnly) {
   return most;
 }
 
+bool canBeResident(const Plan &p, int unitIndex) {
+  const Unit &u = p.units(unitIndex);
+  for (int32_t q : u.parameters())
+    if (p.parameters(q).units_size() > 1) return false;
+  return u.parameters_size() > 0;
+}
+
 static std::vector<int64_t> placeConstants(const Program &prog, int64_t &bytes) {
   std::vector<int64_t> at(size_t(prog.values_size()), -1);
   for (int v = 0; v < prog.values_size(); ++v) {

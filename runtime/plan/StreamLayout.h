@@ -28,6 +28,10 @@ WeightLayout unitWeightLayout(const Plan &p, int unitIndex);
 // not resident; 0 if none), of each weight slot.
 int64_t largestUnitWeightBytes(const Plan &p, bool streamedOnly = false);
 
+// Whether a unit can be resident (its AdamW on the GPU): it has parameters and
+// shares none with another unit (tied weights sum their gradients on the host).
+bool canBeResident(const Plan &p, int unitIndex);
+
 // A resident unit's RESIDENT region: its weights, AdamW m, then v, each a
 // unitWeightLayout of `bytes`, at these offsets.
 struct ResidentLayout {

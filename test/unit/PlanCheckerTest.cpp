@@ -95,6 +95,10 @@ TEST(PlanChecker, ResidentUnits) {
   action(p, 1).set_weight_slot(0);
   EXPECT_CONTAINS(check(p), "FORWARD of 'embed', weight slot 0) has weight slot 0");
 
+  plan::Plan tied = compileFixture("gpt2"); // embed shares its table with the head
+  tied.mutable_units(0)->set_resident(true);
+  EXPECT_CONTAINS(check(tied), "unit 'embed' is resident, but it shares a parameter with another unit or has none");
+
   p = base;
   region(p, plan::DeviceRegion::RESIDENT, 1).set_bytes(184832);
   std::string m = check(p);
