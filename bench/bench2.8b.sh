@@ -59,6 +59,9 @@ prof_flag=""
 [ -s "$OUT/machine.profile" ] && prof_flag="--profile $OUT/machine.profile"
 # shellcheck disable=SC2086
 [ "$compile_rc" = 0 ] && timeout 60 "$BUILD/megac" plan "$WORK/b.plan" $prof_flag 2>&1 | grep -i -A6 "predict"
+# The model's GPU time by op type, to set beside the measured one (--op-profile below).
+# shellcheck disable=SC2086
+[ "$compile_rc" = 0 ] && timeout 60 "$BUILD/megac" plan "$WORK/b.plan" $prof_flag --ops 2>&1 | head -24
 
 stage "megac run ($STEPS steps, --init, --device cuda)"
 run_rc=1

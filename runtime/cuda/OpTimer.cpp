@@ -48,11 +48,11 @@ void OpTimer::print(llvm::raw_ostream &os, int64_t steps) const {
   for (const auto &r : rows) all += r.second.ms;
   const double per = double(std::max<int64_t>(steps, 1));
   os << "GPU time by op (" << steps << " steps; the first pays for warm-up):\n";
-  os << "  op                                     launches  ms per step   share\n";
+  os << "  op                                       launches  ms per step   share\n";
   for (const auto &[label, t] : rows)
-    os << llvm::format("  %-36s %10lld %12.2f %6.1f%%\n", label.c_str(), (long long)(double(t.calls) / per),
+    os << llvm::format("  %-40s %8lld %12.3f %6.1f%%\n", label.c_str(), (long long)(double(t.calls) / per),
                        t.ms / per, all > 0 ? 100.0 * t.ms / all : 0.0);
-  os << "  total" << llvm::format("%55.2f\n", all / per);
+  os << "  total" << llvm::format("%56.3f\n", all / per);
 }
 
 } // namespace megac::cuda

@@ -123,8 +123,8 @@ static llvm::Error linearCrossEntropyWork(const Program &p, const Program::Op &o
   return llvm::Error::success();
 }
 
-llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
-  ProgramWork w;
+llvm::Error forEachOpWork(const Program &p, bool bf16Operands,
+                          llvm::function_ref<void(const Program::Op &, const ProgramWork &)> each) {
   // The runtime packs a product's A once for consecutive products that read
   // it alike (only products and views between: GpuContext::packedA): the
   // last packed A as (the value whose bytes it is, its shape, transA).
@@ -137,6 +137,7 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
     for (int32_t id : op.outputs())
       if (id < -1 || id >= p.values_size()) return err("op '" + op.name() + "' writes value " + llvm::Twine(id) + ", which does not exist");
     const std::string &type = op.type();
+    ProgramWork w;
     if (type == "MatMul" || type == "Gemm") {
       // 2*K flops per output element; K is A's last dim (its first with transA).
       const Program::Value *a = op.inputs_size() > 0 ? valueAt(p, op.inputs(0)) : nullptr;
@@ -150,28 +151,40 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
         transA = attrs->getInt("transA", 0) != 0;
         if (transA) k = a->type().shape(0);
       }
-      const double flops = 2.0 * double(numel(y->type())) * double(k);
-      w.gemmFlops += flops;
+      w.gemmFlops = 2.0 * double(numel(y->type())) * double(k);
       const Program::Value *b = op.inputs_size() > 1 ? valueAt(p, op.inputs(1)) : nullptr;
       std::string aKey =
           std::to_string(root[size_t(op.inputs(0))]) + ":" + a->type().SerializeAsString() + (transA ? ":t" : "");
       if (bf16Operands && b)
-        w.memoryBytes += 6.0 * double((aKey == lastPackedA ? 0 : numel(a->type())) + numel(b->type()));
+        w.memoryBytes = 6.0 * double((aKey == lastPackedA ? 0 : numel(a->type())) + numel(b->type()));
       lastPackedA = std::move(aKey);
     } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
-      if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return std::move(e);
+      if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return e;
       lastPackedA.clear();
     } else if (type == "Attention" || type == "megac.AttentionGrad") {
-      if (auto e = attentionWork(p, op, bf16Operands, w)) return std::move(e);
+      if (auto e = attentionWork(p, op, bf16Operands, w)) return e;
       lastPackedA.clear();
     } else if (!viewSharesBytes(p, op)) {
-      w.memoryBytes += memoryBytes(p, op);
+      w.memoryBytes = memoryBytes(p, op);
       lastPackedA.clear();
     } else if (op.outputs_size() > 0 && op.outputs(0) >= 0) {
       root[size_t(op.outputs(0))] = root[size_t(op.inputs(0))];
     }
+    each(op, w);
   }
-  return w;
+  return llvm::Error::success();
+}
+
+llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
+  ProgramWork sum;
+  auto add = [&](const Program::Op &, const ProgramWork &w) {
+    sum.gemmFlops += w.gemmFlops;
+    sum.attentionFlops += w.attentionFlops;
+    sum.attentionElements += w.attentionElements;
+    sum.memoryBytes += w.memoryBytes;
+  };
+  if (auto e = forEachOpWork(p, bf16Operands, add)) return std::move(e);
+  return sum;
 }
 
 // --- rates ---
@@ -516,6 +529,32 @@ llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &
   auto rates = costRates(m, p.compute());
   if (!rates) return rates.takeError();
   return ScheduleSim(p, *rates).run();
+}
+
+llvm::Expected<std::vector<OpTypeTime>> predictOpTimes(const Plan &p, const MachineProfile &m) {
+  if (!p.has_schedule()) return err("the plan has no streaming schedule (compiled for the CPU only)");
+  auto rates = costRates(m, p.compute());
+  if (!rates) return rates.takeError();
+  std::map<std::string, OpTypeTime> byLabel;
+  for (const StreamAction &a : p.schedule().actions()) {
+    if (a.kind() != StreamAction::FORWARD && a.kind() != StreamAction::BACKWARD) continue;
+    if (a.unit() < 0 || a.unit() >= p.units_size()) return err("a schedule action refers to a unit that does not exist");
+    const bool backward = a.kind() == StreamAction::BACKWARD;
+    const Program &prog = backward ? backwardProgram(p, a.unit()) : forwardProgram(p, a.unit());
+    auto add = [&](const Program::Op &op, const ProgramWork &w) {
+      std::string label = op.type() + (backward ? " (backward)" : "");
+      OpTypeTime &t = byLabel[label];
+      t.label = label;
+      ++t.launches;
+      t.seconds += programSeconds(w, *rates);
+    };
+    if (auto e = forEachOpWork(prog, p.compute() == "bf16", add))
+      return err("unit '" + p.units(a.unit()).name() + "': " + llvm::toString(std::move(e)));
+  }
+  std::vector<OpTypeTime> out;
+  for (auto &[label, t] : byLabel) out.push_back(std::move(t));
+  std::stable_sort(out.begin(), out.end(), [](const OpTypeTime &x, const OpTypeTime &y) { return x.seconds > y.seconds; });
+  return out;
 }
 
 } // namespace megac::plan

@@ -22,6 +22,8 @@
 #include "runtime/plan/MachineProfile.h"
 #include "runtime/plan/PlanIO.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <string>
 #include <vector>
 
@@ -40,6 +42,10 @@ struct ProgramWork {
 // operands to bf16 first (6 bytes moved per operand element) and runs
 // attention fused where plan::runsFused says so.
 llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands = false);
+// The same walk, op by op: `each` gets every op of p and its own work (view
+// ops of a TEMP and ops the model does not time: zero).
+llvm::Error forEachOpWork(const Program &p, bool bf16Operands,
+                          llvm::function_ref<void(const Program::Op &, const ProgramWork &)> each);
 
 enum Lane : int { kLaneH2D = 0, kLaneCompute = 1, kLaneD2H = 2, kLaneCPU = 3 };
 constexpr int kNumLanes = 4;
@@ -101,5 +107,16 @@ struct StepPrediction {
 
 // Needs p.has_schedule(). Fails on dangling ids (units, events, actions).
 llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m);
+
+// The GPU time one step spends in each op type as the model predicts it
+// (every op alone, nothing overlapped), labelled as `megac run --op-profile`
+// labels its measured times: the op type, with " (backward)" for the ops of
+// backward programs (which recompute the forward). Most time first.
+struct OpTypeTime {
+  std::string label;
+  int64_t launches = 0; // per step
+  double seconds = 0;   // per step
+};
+llvm::Expected<std::vector<OpTypeTime>> predictOpTimes(const Plan &p, const MachineProfile &m);
 
 } // namespace megac::plan

@@ -8,6 +8,7 @@
 #include "codegen/Compile.h"
 #include "runtime/plan/CostModel.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include <array>
 #include <cmath>
@@ -565,6 +566,44 @@ TEST(CostModel, ResidentUnitsUpdateOnTheGpu) {
   EXPECT_EQ(gpuUpdates, 2);
   EXPECT_EQ(s->h2dBytes, streamedBytes); // layer.1 and head, each once: the forward's copies serve the backward
   EXPECT_EQ(s->d2hBytes, streamedBytes);
+}
+
+// `megac plan --ops`: the op times add up to the forward and backward
+// actions' work, and each label counts its ops once per action.
+TEST(CostModel, OpTimesAddUpToTheComputeActions) {
+  codegen::ScheduleOptions so;
+  plan::Plan p = compileFixtureScheduled("llama", so);
+  plan::MachineProfile m;
+  auto s = plan::predictStep(p, m);
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  auto ops = plan::predictOpTimes(p, m);
+  ASSERT_TRUE(bool(ops)) << llvm::toString(ops.takeError());
+  double compute = 0;
+  int64_t forwardMatMuls = 0, backwardOps = 0;
+  for (int i = 0; i < p.schedule().actions_size(); ++i) {
+    const plan::StreamAction &a = p.schedule().actions(i);
+    const bool backward = a.kind() == plan::StreamAction::BACKWARD;
+    if (!backward && a.kind() != plan::StreamAction::FORWARD) continue;
+    ASSERT_FALSE(plan::keepsActivations(p, a.unit())); // no saved-activation copies beside the ops
+    compute += s->actions[size_t(i)].alone;
+    const plan::Program &prog = backward ? plan::backwardProgram(p, a.unit()) : plan::forwardProgram(p, a.unit());
+    for (const plan::Program::Op &op : prog.ops()) {
+      if (backward) ++backwardOps;
+      else if (op.type() == "MatMul") ++forwardMatMuls;
+    }
+  }
+  double sum = 0;
+  int64_t matMuls = -1, backwardLaunches = 0;
+  for (const plan::OpTypeTime &t : *ops) {
+    sum += t.seconds;
+    if (t.label == "MatMul") matMuls = t.launches;
+    if (llvm::StringRef(t.label).endswith(" (backward)")) backwardLaunches += t.launches;
+  }
+  EXPECT_GT(compute, 0);
+  EXPECT_NEAR(sum, compute, 1e-9 * compute);
+  EXPECT_EQ(matMuls, forwardMatMuls);
+  EXPECT_EQ(backwardLaunches, backwardOps);
+  for (size_t i = 1; i < ops->size(); ++i) EXPECT_GE((*ops)[i - 1].seconds, (*ops)[i].seconds);
 }
 
 } // namespace

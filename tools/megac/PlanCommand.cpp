@@ -2,12 +2,16 @@
 // (units, templates, parameters, memory and transfers).
 // megac plan model.plan --schedule: the streaming schedule, one line each.
 // --profile FILE: the machine the cost model predicts for (default: the
-// built-in H200); --html out.html: the predicted timeline as a page.
+// built-in H200); --html out.html: the predicted timeline as a page;
+// --ops: the predicted GPU time by op type, beside which `megac run
+// --op-profile` prints the measured one.
+#include "runtime/plan/CostModel.h"
 #include "runtime/plan/PlanReport.h"
 #include "runtime/plan/PlanTimeline.h"
 #include "runtime/plan/ScheduleDump.h"
 #include "tools/megac/Driver.h"
 
+#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -24,6 +28,24 @@ static cl::opt<std::string> PlanProfile("profile",
                                         cl::value_desc("file"), cl::sub(planCmd()));
 static cl::opt<std::string> HtmlOut("html", cl::desc("Write the predicted timeline of one step as an HTML page"),
                                     cl::value_desc("file"), cl::sub(planCmd()));
+static cl::opt<bool> ShowOps("ops",
+                             cl::desc("Print the cost model's GPU time by op type per step (labelled as "
+                                      "`megac run --op-profile` labels the measured times)"),
+                             cl::sub(planCmd()));
+
+static int printOpTimes(const plan::Plan &p, const plan::MachineProfile &profile) {
+  auto ops = plan::predictOpTimes(p, profile);
+  if (!ops) return reportError(ops.takeError());
+  double all = 0;
+  for (const plan::OpTypeTime &t : *ops) all += t.seconds;
+  llvm::outs() << "predicted GPU time by op (one step, each op alone; " << profile.description << "):\n";
+  llvm::outs() << "  op                                       launches  ms per step   share\n";
+  for (const plan::OpTypeTime &t : *ops)
+    llvm::outs() << llvm::format("  %-40s %8lld %12.3f %6.1f%%\n", t.label.c_str(), (long long)t.launches,
+                                 1e3 * t.seconds, all > 0 ? 100.0 * t.seconds / all : 0.0);
+  llvm::outs() << "  total" << llvm::format("%56.3f\n", 1e3 * all);
+  return 0;
+}
 
 int runPlan() {
   auto p = plan::readPlan(PlanFile);
@@ -38,6 +60,7 @@ int runPlan() {
     if (!read) return reportError(read.takeError());
     profile = *read;
   }
+  if (ShowOps) return printOpTimes(*p, profile);
   auto report = plan::reportPlan(*p, profile);
   if (!report) return reportError(report.takeError());
   if (!HtmlOut.empty()) {
