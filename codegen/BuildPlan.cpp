@@ -297,6 +297,8 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
         if (gv == kNoValue) gv = bg.addConst("zeros", Tensor(bg.type(wrt[k]).dtype, bg.type(wrt[k]).shape));
         results.push_back(gv);
       }
+      // Sums of gradient contributions into the products' epilogues (fuse-add-into-gemm).
+      passes::fuseAddsIntoGemms(bg, numForwardOps, results);
       // Drop the forward ops the gradients do not need.
       passes::markUnusedOpsDead(bg, results);
       std::vector<ValueId> bwdArgs = fwdArgs;

@@ -59,6 +59,12 @@ llvm::Error verify(ir::Graph &g, const PassOptions &opts);
 llvm::Error appendLoss(ir::Graph &g, const PassOptions &opts);
 llvm::Error fuseLinearCrossEntropy(ir::Graph &g, const PassOptions &opts);
 llvm::Error foldTransposeIntoGemm(ir::Graph &g, const PassOptions &opts);
+llvm::Error fuseAddIntoGemm(ir::Graph &g, const PassOptions &opts);
+// fuse-add-into-gemm's rewrite on the ops from index firstOp on, leaving the
+// replaced ops dead (no compact: value ids and earlier op indices stay), as
+// codegen runs it on a unit's gradient ops after autodiff. `roots`: values
+// read after the graph beside its outputs (they are never fused away).
+void fuseAddsIntoGemms(ir::Graph &g, size_t firstOp, const std::vector<ir::ValueId> &roots);
 llvm::Error differentiateLoss(ir::Graph &g, const PassOptions &opts);
 llvm::Error partitionUnits(ir::Graph &g, const PassOptions &opts);
 

@@ -32,6 +32,8 @@ const std::vector<PassInfo> &allPasses() {
        fuseLinearCrossEntropy},
       {"fold-transpose-into-gemm", "rewrite MatMul(A, Transpose(W)) with a 2-D W into Gemm(A, W) {transB = 1}",
        foldTransposeIntoGemm},
+      {"fuse-add-into-gemm", "give a product whose result is added to x (and read by nothing else) x as its C: Gemm {beta = 1}",
+       fuseAddIntoGemm},
       {"partition-units", "split the model into stream units (embedding, each layer, head) by structure",
        partitionUnits},
       {"autodiff", "append d(loss)/d(parameter) for every parameter as graph outputs", differentiateLoss},
@@ -64,6 +66,7 @@ std::vector<std::string> lossPipeline(const PassOptions &opts) {
   std::vector<std::string> p = {"append-loss"};
   if (opts.fuseLinearCrossEntropy) p.push_back("fuse-linear-cross-entropy"); // before the head's product is a Gemm
   p.push_back("fold-transpose-into-gemm");
+  p.push_back("fuse-add-into-gemm"); // the residual adds; codegen fuses the gradients' sums after autodiff
   return p;
 }
 

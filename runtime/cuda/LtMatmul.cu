@@ -278,7 +278,8 @@ llvm::Expected<bool> runChunk(GpuContext &ctx, const LtGemm &g, const void *a, c
       beta = 1.0f;
     }
   }
-  MEGAC_CUBLAS_TRY(cublasLtMatmul(ctx.lt, p.desc, &g.alpha, b, p.layoutA, a, p.layoutB, &beta, g.c, p.layoutC, g.c,
+  const float *cIn = g.cIn && beta != 0.0f ? g.cIn : g.c; // ltMatmul copied it to c where a bias is added
+  MEGAC_CUBLAS_TRY(cublasLtMatmul(ctx.lt, p.desc, &g.alpha, b, p.layoutA, a, p.layoutB, &beta, cIn, p.layoutC, g.c,
                                   p.layoutC, &p.algo, p.workspace ? ctx.gemmWorkspace : nullptr, p.workspace,
                                   ctx.stream));
   return true;
@@ -377,6 +378,13 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   g.ldc = std::max<int64_t>(g.ldc, 1);
   if (auto e = checkShape(g)) return e;
   if (g.m == 0 || g.n == 0 || g.batch == 0) return llvm::Error::success();
+  if (g.cIn && g.cIn != g.c && g.beta != 0.0f && (g.bias || g.k == 0 || g.batch != 1)) {
+    // Those paths update c in place: start from cIn there.
+    if (g.batch != 1) return llvm::createStringError(llvm::inconvertibleErrorCode(), "ltMatmul: cIn with batch != 1");
+    MEGAC_CUDA_TRY(cudaMemcpy2DAsync(g.c, size_t(g.ldc) * 4, g.cIn, size_t(g.ldc) * 4, size_t(g.n) * 4, size_t(g.m),
+                                     cudaMemcpyDeviceToDevice, ctx.stream));
+    g.cIn = nullptr;
+  }
   if (g.k == 0) return prepareC(ctx, g.c, g.ldc, g.strideC, g.m, g.n, g.batch, g.beta, g.bias);
   // BF16 mode: both operands packed to bf16 in the caller's scratch, then a
   // native bf16 product (cuBLASLt's fp32-operand FAST_16BF path runs at

@@ -38,6 +38,10 @@ struct LtGemm {
   float *c = nullptr;
   int64_t ldc = 0, strideC = 0;
   float alpha = 1, beta = 0;
+  // Optional, one matrix (batch 1): the C that beta scales is read from here
+  // (stored like c, rows ldc apart), and the result still goes to c, so that
+  // C = alpha * op(A) op(B) + beta * cIn costs no copy of cIn first.
+  const float *cIn = nullptr;
   // Optional [n] vector added to every row of every C_i (a cuBLASLt epilogue
   // where one applies, else a small kernel before the product).
   const float *bias = nullptr;

@@ -197,6 +197,9 @@ llvm::Error gemmKernel(GpuKernelContext &ctx) {
   const bool useC = c && beta != 0.0f;
   if (useC && beta == 1.0f && cRows == 1 && cCols == N) {
     g.bias = c->as<const float>(); // a row vector: the epilogue adds it
+  } else if (useC && cRows == M && cCols == N) {
+    g.cIn = c->as<const float>(); // the epilogue reads C where it lies
+    g.beta = beta;
   } else if (useC) {
     if (c->data != y->data || cRows != M || cCols != N) {
       broadcastCKernel<<<gridFor(M * N), 256, 0, ctx.gpu.stream>>>(c->as<const float>(), cRows, cCols, M, N,

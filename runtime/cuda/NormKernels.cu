@@ -146,38 +146,56 @@ __global__ void __launch_bounds__(kMaxRowThreads)
                  float *__restrict__ dx, float *__restrict__ buffer, int64_t rows, int64_t cols, int64_t rowsPerBlock,
                  float eps, ParamIndex ps, bool rms) {
   __shared__ float scratch[32];
+  __shared__ SumPair pairScratch[32];
   const int tid = threadIdx.x, nth = blockDim.x;
   const int64_t r0 = int64_t(blockIdx.x) * rowsPerBlock, r1 = min(rows, r0 + rowsPerBlock);
   float *blockPartial = buffer + int64_t(blockIdx.x) * cols;
   float acc[kPer > 0 ? kPer : 1] = {};
   if (kDirect && kPer == 0)
     for (int64_t k = tid; k < cols; k += nth) blockPartial[k] = 0.f; // each thread owns the same columns throughout
+  // dScale's part of element (row, k): dY * xhat.
+  auto addScaleGrad = [&](int slot, int64_t row, int64_t k, float part) {
+    if constexpr (!kDirect) buffer[row * cols + k] = part;
+    else if constexpr (kPer > 0) acc[slot] += part;
+    else blockPartial[k] += part;
+  };
   for (int64_t row = r0; row < r1; ++row) {
     const RowView<kPer> xv(x + row * cols, cols, tid, nth), gv(dy + row * cols, cols, tid, nth);
-    float mu = 0;
-    if (!rms) {
-      float sum = 0;
-      xv.forEach([&](int, int64_t, float v) { sum += v; });
-      sum = blockReduce(sum, AddOp(), 0.f, scratch);
-      mu = cols ? sum / float(cols) : 0.f;
+    float *dxr = dx + row * cols;
+    if (rms) {
+      // One reduction for both sums: x.x and g.x (g.xhat = inv * g.x).
+      SumPair s{0.f, 0.f};
+      xv.forEachWith(gv, [&](int, int64_t k, float xk, float gk) {
+        s.a += xk * xk;
+        s.b += gk * scale[paramOffset<kDirect>(ps, row, k, cols)] * xk;
+      });
+      s = blockReduce(s, AddOp(), SumPair{0.f, 0.f}, pairScratch);
+      const float inv = 1.f / sqrtf((cols ? s.a / float(cols) : 0.f) + eps);
+      const float meanGX = cols ? inv * s.b / float(cols) : 0.f;
+      xv.forEachWith(gv, [&](int slot, int64_t k, float xk, float gk) {
+        const float xhat = xk * inv, g = gk * scale[paramOffset<kDirect>(ps, row, k, cols)];
+        dxr[k] = inv * (g - xhat * meanGX);
+        addScaleGrad(slot, row, k, gk * xhat);
+      });
+      continue;
     }
+    float sum = 0;
+    xv.forEach([&](int, int64_t, float v) { sum += v; });
+    sum = blockReduce(sum, AddOp(), 0.f, scratch);
+    const float mu = cols ? sum / float(cols) : 0.f;
     float sq = 0;
     xv.forEach([&](int, int64_t, float v) { sq += (v - mu) * (v - mu); });
     sq = blockReduce(sq, AddOp(), 0.f, scratch);
     const float inv = 1.f / sqrtf((cols ? sq / float(cols) : 0.f) + eps);
-    float sumG = 0, sumGX = 0;
+    SumPair sums{0.f, 0.f}; // g, g * xhat
     xv.forEachWith(gv, [&](int slot, int64_t k, float xk, float gk) {
       const float xhat = (xk - mu) * inv, g = gk * scale[paramOffset<kDirect>(ps, row, k, cols)];
-      sumG += g;
-      sumGX += g * xhat;
-      if constexpr (!kDirect) buffer[row * cols + k] = gk * xhat;
-      else if constexpr (kPer > 0) acc[slot] += gk * xhat;
-      else blockPartial[k] += gk * xhat;
+      sums.a += g;
+      sums.b += g * xhat;
+      addScaleGrad(slot, row, k, gk * xhat);
     });
-    sumG = blockReduce(sumG, AddOp(), 0.f, scratch);
-    sumGX = blockReduce(sumGX, AddOp(), 0.f, scratch);
-    const float meanG = rms || !cols ? 0.f : sumG / float(cols), meanGX = cols ? sumGX / float(cols) : 0.f;
-    float *dxr = dx + row * cols;
+    sums = blockReduce(sums, AddOp(), SumPair{0.f, 0.f}, pairScratch);
+    const float meanG = cols ? sums.a / float(cols) : 0.f, meanGX = cols ? sums.b / float(cols) : 0.f;
     xv.forEachWith(gv, [&](int, int64_t k, float xk, float gk) {
       const float xhat = (xk - mu) * inv, g = gk * scale[paramOffset<kDirect>(ps, row, k, cols)];
       dxr[k] = inv * (g - meanG - xhat * meanGX);

@@ -6,7 +6,8 @@
 // ([batch or 1, seq or 1, d/2]) or gathered by position_ids ([batch or 1,
 // seq or 1] int64/int32 into [max_positions, d/2] caches).
 //
-// A thread per rotated pair or pass-through element. The CPU
+// A thread per rotated pair or pass-through element (four pairs where the
+// whole head rotates as halves and everything is float4-aligned). The CPU
 // rejects out-of-range position ids; a kernel cannot fail, so here a token
 // whose position id is out of range gets zeros in its rotated part (its
 // pass-through part is still copied).
@@ -58,6 +59,33 @@ __global__ void rotaryKernel(const float *__restrict__ x, const float *__restric
   }
 }
 
+// The common case four pairs a thread: halves (not interleaved), the whole
+// head rotated, half a multiple of 4 and every pointer 16-byte aligned, so
+// each thread moves float4s. Same arithmetic as rotaryKernel per element.
+template <class Id, class Idx>
+__global__ void rotaryHalvesX4Kernel(const float4 *__restrict__ x, const float4 *__restrict__ cosCache,
+                                     const float4 *__restrict__ sinCache, const Id *__restrict__ positionIds,
+                                     float4 *__restrict__ y, Idx total, RotaryParams p) {
+  const Idx quarter = Idx(p.rotaryDim / 8), heads = Idx(p.heads), seq = Idx(p.seq);
+  for (Idx w = Idx(blockIdx.x) * Idx(blockDim.x) + Idx(threadIdx.x); w < total; w += Idx(gridDim.x) * Idx(blockDim.x)) {
+    const Idx j = w % quarter, head = w / quarter, i1 = head * 2 * quarter + j, i2 = i1 + quarter;
+    const Idx s = p.is3D ? (head / heads) % seq : head % seq, b = head / (heads * seq);
+    int64_t row = int64_t(p.tableBatch == 1 ? 0 : b) * p.tableSeq + (p.tableSeq == 1 ? 0 : s);
+    if (positionIds) {
+      row = int64_t(positionIds[row]);
+      if (row < 0 || row >= p.maxPositions) {
+        y[i1] = y[i2] = make_float4(0.f, 0.f, 0.f, 0.f);
+        continue;
+      }
+    }
+    const float4 c = cosCache[row * quarter + j], sn = sinCache[row * quarter + j], a = x[i1], d = x[i2];
+    y[i1] = make_float4(c.x * a.x - sn.x * d.x, c.y * a.y - sn.y * d.y, c.z * a.z - sn.z * d.z, c.w * a.w - sn.w * d.w);
+    y[i2] = make_float4(sn.x * a.x + c.x * d.x, sn.y * a.y + c.y * d.y, sn.z * a.z + c.z * d.z, sn.w * a.w + c.w * d.w);
+  }
+}
+
+bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+
 llvm::Error rotaryEmbedding(GpuKernelContext &ctx) {
   const char *op = "RotaryEmbedding";
   const DeviceTensor *x = ctx.input(0), *cos = ctx.input(1), *sin = ctx.input(2), *ids = ctx.input(3);
@@ -82,11 +110,17 @@ llvm::Error rotaryEmbedding(GpuKernelContext &ctx) {
   float *yp = y->as<float>();
   // int32 indices where they (and the grid-stride steps past them) cannot overflow.
   const bool small = n < (int64_t(1) << 30) && cos->numel() < (int64_t(1) << 30);
+  const bool x4 = !d->interleaved && d->rotaryDim == d->headSize && d->rotaryDim % 8 == 0 && aligned16(xp) &&
+                  aligned16(cp) && aligned16(sp) && aligned16(yp);
   auto launch = [&](auto id, auto idx) {
     using Id = decltype(id);
     using Idx = decltype(idx);
-    rotaryKernel<Id, Idx>
-        <<<gridFor(total), 256, 0, stream>>>(xp, cp, sp, ids ? ids->as<Id>() : nullptr, yp, Idx(total), p);
+    const Id *pid = ids ? ids->as<Id>() : nullptr;
+    if (x4)
+      rotaryHalvesX4Kernel<Id, Idx><<<gridFor(total / 4), 256, 0, stream>>>(
+          reinterpret_cast<const float4 *>(xp), reinterpret_cast<const float4 *>(cp),
+          reinterpret_cast<const float4 *>(sp), pid, reinterpret_cast<float4 *>(yp), Idx(total / 4), p);
+    else rotaryKernel<Id, Idx><<<gridFor(total), 256, 0, stream>>>(xp, cp, sp, pid, yp, Idx(total), p);
   };
   if (ids && ids->dtype == DType::I32) {
     if (small) launch(int32_t(), int32_t());

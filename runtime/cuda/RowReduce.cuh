@@ -60,8 +60,16 @@ struct MaxOp {
   __device__ __forceinline__ float operator()(float a, float b) const { return fmaxf(a, b); }
 };
 
+// Two sums reduced at once: one block-wide reduction (two barriers) instead of two.
+struct SumPair {
+  float a, b;
+};
+
+__device__ __forceinline__ SumPair shflXor(SumPair v, int mask) { return {shflXor(v.a, mask), shflXor(v.b, mask)}; }
+
 struct AddOp {
   template <class T> __device__ __forceinline__ T operator()(T a, T b) const { return a + b; }
+  __device__ __forceinline__ SumPair operator()(SumPair x, SumPair y) const { return {x.a + y.a, x.b + y.b}; }
 };
 
 // All 32 lanes of the warp must call this; every lane gets the result.

@@ -157,6 +157,9 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands,
           std::to_string(root[size_t(op.inputs(0))]) + ":" + a->type().SerializeAsString() + (transA ? ":t" : "");
       if (bf16Operands && b)
         w.memoryBytes = 6.0 * double((aKey == lastPackedA ? 0 : numel(a->type())) + numel(b->type()));
+      // A Gemm's C (fuse-add-into-gemm's addend): the epilogue reads it.
+      if (type == "Gemm" && op.inputs_size() > 2)
+        if (const Program::Value *c = valueAt(p, op.inputs(2))) w.memoryBytes += double(tensorBytes(c->type()));
       lastPackedA = std::move(aKey);
     } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
       if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return e;
