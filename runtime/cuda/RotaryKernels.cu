@@ -59,7 +59,7 @@ __global__ void rotaryKernel(const float *__restrict__ x, const float *__restric
   }
 }
 
-// The common case four pairs a thread: halves (not interleaved), the whole
+// The common case, four pairs a thread: halves (not interleaved), the whole
 // head rotated, half a multiple of 4 and every pointer 16-byte aligned, so
 // each thread moves float4s. Same arithmetic as rotaryKernel per element.
 template <class Id, class Idx>
