@@ -119,7 +119,7 @@ public:
       Op r;
       r.type = "Reshape";
       r.name = t.name;
-      r.inputs = {y3_, shapeConst(t.name + "/heads", bshd)};
+      r.inputs = {y3_, shapeConst(g_, t.name + "/heads", bshd)};
       r.outputs = t.outputs;
       t = std::move(r);
     }
@@ -146,10 +146,6 @@ private:
     return g_.addValueUnique(std::move(v));
   }
 
-  ValueId shapeConst(const std::string &hint, const Shape &s) {
-    return g_.addConst(hint, Tensor::fromVector<int64_t>(DType::I64, {int64_t(s.size())}, s));
-  }
-
   // The operand in [B, S, H * D], with the ops computing it appended to `ops`.
   ValueId threeD(const HeadOperand &o, std::vector<Op> &ops) {
     const Shape ts = g_.type(o.t).shape; // [B, S, H, D]
@@ -162,7 +158,7 @@ private:
       Op r;
       r.type = "Reshape";
       r.name = base_ + "/bshd";
-      r.inputs = {o.t, shapeConst(base_ + "/bshd_shape", s3)};
+      r.inputs = {o.t, shapeConst(g_, base_ + "/bshd_shape", s3)};
       r.outputs = {newValue(g_.value(o.t).name + "_bshd", s3)};
       x = r.outputs[0];
       ops.push_back(std::move(r));

@@ -50,10 +50,6 @@ std::optional<TransposedProduct> match(const Matcher &mt, const Graph &g, int32_
   return m;
 }
 
-ValueId shapeConst(Graph &g, const std::string &hint, const Shape &s) {
-  return g.addConst(hint, Tensor::fromVector<int64_t>(DType::I64, {int64_t(s.size())}, s));
-}
-
 // The ops replacing the MatMul at m.product, in order.
 std::vector<Op> rewrite(Graph &g, const TransposedProduct &m) {
   const Op &mm = g.ops[size_t(m.product)];

@@ -74,10 +74,6 @@ std::optional<AddOfProduct> match(const Matcher &mt, const Graph &g, int32_t at,
   return std::nullopt;
 }
 
-ValueId shapeConst(Graph &g, const std::string &hint, const Shape &s) {
-  return g.addConst(hint, Tensor::fromVector<int64_t>(DType::I64, {int64_t(s.size())}, s));
-}
-
 // The ops replacing the Add, in order: Reshapes of a and x where needed, the
 // Gemm, and a Reshape to y's shape where needed.
 std::vector<Op> rewrite(Graph &g, const AddOfProduct &m) {

@@ -124,4 +124,8 @@ void replaceProducer(Graph &g, ValueId result, Op fused) {
     if (o != kNoValue) g.value(o).producer = at;
 }
 
+ValueId shapeConst(Graph &g, const std::string &nameHint, const Shape &s) {
+  return g.addConst(nameHint, Tensor::fromVector<int64_t>(DType::I64, {int64_t(s.size())}, s));
+}
+
 } // namespace megac::passes

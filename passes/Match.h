@@ -71,4 +71,7 @@ inline bool nearlyEqual(double a, double b, double rel = 1e-6) {
 // `result`); it keeps the op's name (for errors) when `fused` has none.
 void replaceProducer(ir::Graph &g, ir::ValueId result, ir::Op fused);
 
+// A new int64 constant holding shape s (a Reshape's target shape).
+ir::ValueId shapeConst(ir::Graph &g, const std::string &nameHint, const Shape &s);
+
 } // namespace megac::passes
