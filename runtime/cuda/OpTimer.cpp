@@ -2,7 +2,7 @@
 
 #include "runtime/cuda/CudaCheck.h"
 
-#include "llvm/Support/Format.h"
+#include "runtime/plan/PlanReport.h"
 
 #include <algorithm>
 
@@ -42,17 +42,11 @@ llvm::Error OpTimer::collect() {
 }
 
 void OpTimer::print(llvm::raw_ostream &os, int64_t steps) const {
-  std::vector<std::pair<std::string, Total>> rows(totals_.begin(), totals_.end());
-  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.second.ms > b.second.ms; });
-  double all = 0;
-  for (const auto &r : rows) all += r.second.ms;
   const double per = double(std::max<int64_t>(steps, 1));
-  os << "GPU time by op (" << steps << " steps; the first pays for warm-up):\n";
-  os << "  op                                       launches  ms per step   share\n";
-  for (const auto &[label, t] : rows)
-    os << llvm::format("  %-40s %8lld %12.3f %6.1f%%\n", label.c_str(), (long long)(double(t.calls) / per),
-                       t.ms / per, all > 0 ? 100.0 * t.ms / all : 0.0);
-  os << "  total" << llvm::format("%56.3f\n", all / per);
+  std::vector<plan::OpTypeTime> rows;
+  for (const auto &[label, t] : totals_) rows.push_back({label, int64_t(double(t.calls) / per), t.ms / per / 1e3});
+  std::sort(rows.begin(), rows.end(), [](const auto &a, const auto &b) { return a.seconds > b.seconds; });
+  plan::printOpTimes(os, "GPU time by op (" + std::to_string(steps) + " steps; the first pays for warm-up):", rows);
 }
 
 } // namespace megac::cuda

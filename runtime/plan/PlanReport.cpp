@@ -578,4 +578,15 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
 }
 
+void printOpTimes(llvm::raw_ostream &os, llvm::StringRef heading, const std::vector<OpTypeTime> &rows) {
+  double all = 0;
+  for (const OpTypeTime &t : rows) all += t.seconds;
+  os << heading << "\n";
+  os << "  op                                       launches  ms per step   share\n";
+  for (const OpTypeTime &t : rows)
+    os << llvm::format("  %-40s %8lld %12.3f %6.1f%%\n", t.label.c_str(), (long long)t.launches, 1e3 * t.seconds,
+                       all > 0 ? 100.0 * t.seconds / all : 0.0);
+  os << "  total" << llvm::format("%56.3f\n", 1e3 * all);
+}
+
 } // namespace megac::plan

@@ -114,4 +114,9 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
 void printPlanReport(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os);
 void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os);
 
+// GPU time by op type as `megac plan --ops` (predicted) and `megac run
+// --op-profile` (measured) print it: `heading`, then one line per row in the
+// order given (label, launches, ms per step, share of the total), then the total.
+void printOpTimes(llvm::raw_ostream &os, llvm::StringRef heading, const std::vector<OpTypeTime> &rows);
+
 } // namespace megac::plan

@@ -11,7 +11,6 @@
 #include "runtime/plan/ScheduleDump.h"
 #include "tools/megac/Driver.h"
 
-#include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
 namespace cl = llvm::cl;
@@ -36,14 +35,8 @@ static cl::opt<bool> ShowOps("ops",
 static int printOpTimes(const plan::Plan &p, const plan::MachineProfile &profile) {
   auto ops = plan::predictOpTimes(p, profile);
   if (!ops) return reportError(ops.takeError());
-  double all = 0;
-  for (const plan::OpTypeTime &t : *ops) all += t.seconds;
-  llvm::outs() << "predicted GPU time by op (one step, each op alone; " << profile.description << "):\n";
-  llvm::outs() << "  op                                       launches  ms per step   share\n";
-  for (const plan::OpTypeTime &t : *ops)
-    llvm::outs() << llvm::format("  %-40s %8lld %12.3f %6.1f%%\n", t.label.c_str(), (long long)t.launches,
-                                 1e3 * t.seconds, all > 0 ? 100.0 * t.seconds / all : 0.0);
-  llvm::outs() << "  total" << llvm::format("%56.3f\n", 1e3 * all);
+  plan::printOpTimes(llvm::outs(), "predicted GPU time by op (one step, each op alone; " + profile.description + "):",
+                     *ops);
   return 0;
 }
 
