@@ -4,6 +4,7 @@
 // the multiplies stay apart from the fused multiply-adds, exactly as the
 // host's std::fma arithmetic.
 #include "runtime/cuda/AdamWKernels.h"
+#include "runtime/cuda/GpuKernel.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -45,8 +46,6 @@ __global__ void adamwScalar(float *__restrict__ param, const float *__restrict__
 }
 
 int blocksFor(int64_t n) { return int(std::clamp<int64_t>((n + kThreads - 1) / kThreads, 1, 4096)); }
-
-bool aligned16(const void *p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 } // namespace
 

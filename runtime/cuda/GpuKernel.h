@@ -142,4 +142,8 @@ inline unsigned gridFor(int64_t n, unsigned threads = 256) {
   return unsigned(b);
 }
 
+// Whether float4 loads and stores may use p (nullptr, an absent optional
+// operand, counts as aligned).
+inline bool aligned16(const void *p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
+
 } // namespace megac::cuda

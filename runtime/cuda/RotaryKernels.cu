@@ -84,8 +84,6 @@ __global__ void rotaryHalvesX4Kernel(const float4 *__restrict__ x, const float4 
   }
 }
 
-bool aligned16(const void *p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 llvm::Error rotaryEmbedding(GpuKernelContext &ctx) {
   const char *op = "RotaryEmbedding";
   const DeviceTensor *x = ctx.input(0), *cos = ctx.input(1), *sin = ctx.input(2), *ids = ctx.input(3);

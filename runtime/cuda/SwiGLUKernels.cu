@@ -89,8 +89,6 @@ __global__ void swigluGradKernel4(const float4 *__restrict__ dy, const float4 *_
   }
 }
 
-bool aligned16(const void *p) { return p == nullptr || (reinterpret_cast<uintptr_t>(p) & 15u) == 0; }
-
 // Inputs 0..n-1 and the present outputs must share G's dtype and shape.
 llvm::Error checkOperands(const char *op, const GpuKernelContext &ctx, size_t n, size_t outs) {
   for (size_t i = 0; i < n; ++i)
