@@ -8,7 +8,7 @@
 # Run ON THE GPU MACHINE from the repo root:   OUT=/some/dir bench/bench2.8b.sh BUILD_DIR
 # It needs, carried into the repo (ignored paths):
 #   BUILD_DIR                 megac built with CUDA (e.g. .dev/build-cuda)
-#   .bench/bench2.8b.onnx     bench/export_bench_model.py .bench/bench2.8b.onnx --model bench2.8b
+#   .bench/bench2.8b.onnx     tools/export_shapes_only.py --preset bench2.8b .bench/bench2.8b.onnx
 # Results in $OUT: megac_steps.jsonl, baseline_gpu.json, baseline_fsdp_fused.json, bench2.8b.json,
 # and the table on stdout. The plan (~270 MB) stays in $WORK (default /tmp/megac-bench) so it
 # does not travel back. About 3-4 minutes of device time; every stage has its own time limit (670 s in all at most).

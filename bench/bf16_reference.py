@@ -187,10 +187,10 @@ def write_tensor(path, arr, name):
         f.write(data)
 
 
-# --- the model, rebuilt as export_hf.py built it ------------------------------------------
+# --- the model, rebuilt as test/data/make_fixtures.py built it ----------------------------
 
 def rebuild_model(meta):
-    """export_hf.py: torch.manual_seed(0), attention implementation set on the config,
+    """test/data/make_fixtures.py: torch.manual_seed(0), attention implementation set on the config,
     from_config(...).float().eval(), then every 1-D all-ones or all-zeros parameter += 0.1*randn."""
     config = dict(meta["config"])
     model_type = config.pop("model_type")

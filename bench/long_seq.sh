@@ -7,7 +7,7 @@
 #
 # Run ON THE GPU MACHINE from the repo root:   OUT=/some/dir bench/long_seq.sh BUILD_DIR
 # It needs, carried into the repo: BUILD_DIR (megac built with CUDA) and .bench/bench2.8b.onnx
-# (bench/export_bench_model.py .bench/bench2.8b.onnx --model bench2.8b). About 3 minutes.
+# (tools/export_shapes_only.py --preset bench2.8b .bench/bench2.8b.onnx). About 3 minutes.
 set -uo pipefail
 
 BUILD=${1:?usage: OUT=DIR bench/long_seq.sh BUILD_DIR}

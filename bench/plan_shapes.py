@@ -1,4 +1,4 @@
-"""Compiles each exported shape (bench/export_bench_model.py, e.g. into .bench/shapes/) to a plan
+"""Compiles each exported shape (tools/export_shapes_only.py --preset NAME, e.g. into .bench/shapes/) to a plan
 on this machine, no GPU needed, and prints one row per shape from `megac plan --json`: the
 parameters, the host bill and its bytes per parameter, the checkpoint bytes, the largest unit,
 the compile time, the largest batch that fits at --seq on the plan's GPU budget, and whatever

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The cost model's prediction against a measured run, for one exported preset: exports it
-# without weights (bench/export_bench_model.py), compiles it at batch B x seq 2048, prints
+# without weights (tools/export_shapes_only.py --preset MODEL), compiles it at batch B x seq 2048, prints
 # `megac plan`'s prediction (built-in profile, or --profile FILE via PROFILE=FILE), runs STEPS
 # steps with --init on random tokens and prints the median measured step (steps 2..N) and
 # lanes beside the predicted ones. Issue 5 asks this for the 2.8B bench and for the largest
@@ -24,7 +24,7 @@ mkdir -p "$OUT" "$WORK" .bench/shapes
 onnx=.bench/shapes/$MODEL.onnx
 prof=${PROFILE:+--profile $PROFILE}
 
-[ -s "$onnx" ] || timeout 300 "$PY" bench/export_bench_model.py "$onnx" --model "$MODEL" 2>&1 | tail -1
+[ -s "$onnx" ] || timeout 300 "$PY" tools/export_shapes_only.py --preset "$MODEL" "$onnx" 2>&1 | tail -1
 [ -s "$onnx" ] || { echo "predict_check.sh: export of $MODEL failed" >&2; exit 2; }
 # shellcheck disable=SC2086
 timeout 200 "$BUILD/megac" compile "$onnx" --batch "$BATCH" --seq 2048 $prof -o "$WORK/p.plan" > "$OUT/compile.txt" 2>&1 ||

@@ -2,6 +2,7 @@
 
 #include "codegen/KeepPrograms.h"
 #include "codegen/PlanMemory.h"
+#include "ir/TiedWeights.h"
 #include "passes/Pass.h"
 #include "runtime/core/Hash.h"
 #include "passes/UnitInfo.h"
@@ -197,6 +198,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
   // Parameters, in order of first use.
   std::map<ValueId, int32_t> paramId;
   auto users = g.computeUsers();
+  const std::set<ValueId> tied = ir::tiedEmbeddingHeads(g);
   int64_t offset = 0;
   uint64_t hash = kFnvOffset;
   bool allData = true;
@@ -222,6 +224,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
       pp->set_init(initKind(g, p, users));
       pp->set_init_std(0.02f);
       pp->set_decay(true);
+      pp->set_tied_embedding_head(tied.count(p) > 0);
       pp->add_units(int32_t(ui));
       paramId[p] = int32_t(plan.parameters_size() - 1);
       if (!v.hasData()) allData = false;

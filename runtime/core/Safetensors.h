@@ -27,7 +27,39 @@ llvm::Error writeSafetensors(const std::string &path, const std::vector<NamedTen
 llvm::Expected<std::string> serializeSafetensors(const std::vector<NamedTensor> &tensors,
                                                  const std::map<std::string, std::string> &metadata);
 
+// One tensor of a safetensors header. Offsets are from the start of the
+// file (the header's data_offsets plus the data's start).
+struct SafetensorsEntry {
+  std::string name;
+  DType dtype = DType::Undefined;
+  Shape shape;
+  uint64_t begin = 0, end = 0;
+};
+
+struct SafetensorsHeader {
+  uint64_t fileSize = 0;
+  uint64_t dataStart = 0;                     // 8 + the header's length
+  std::vector<SafetensorsEntry> entries;      // in file order
+  std::map<std::string, std::string> metadata; // "__metadata__"
+};
+
+// The largest header megac reads (the format's own reader refuses past 100 MB).
+inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
+
+// Reads and checks a safetensors file's header without reading its data:
+// the header's length against the file's, each tensor's dtype, shape and
+// data_offsets (the byte count its shape implies, inside the file, no two
+// overlapping), all before anything is allocated for the tensors.
+llvm::Expected<SafetensorsHeader> readSafetensorsHeader(const std::string &path);
+
+// Checks the JSON header of a file of `fileSize` bytes (`path` names it in errors).
+llvm::Expected<SafetensorsHeader> parseSafetensorsHeader(llvm::StringRef json, uint64_t fileSize,
+                                                         const std::string &path);
+
 // Reads a safetensors file (the dtypes megac has), tensors in file order.
 llvm::Expected<std::vector<NamedTensor>> readSafetensors(const std::string &path);
+
+// The safetensors name of a dtype ("F32", "BF16", ...), or nullptr.
+const char *safetensorsDTypeName(DType t);
 
 } // namespace megac

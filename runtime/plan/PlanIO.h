@@ -10,7 +10,7 @@
 namespace megac::plan {
 
 // Bumped whenever the format changes incompatibly.
-inline constexpr uint32_t kFormatVersion = 2; // 2: device memory plan, stream schedule, unit-blocked host layout
+inline constexpr uint32_t kFormatVersion = 3; // 2: device memory plan, stream schedule, unit-blocked host layout; 3: tied parameters marked
 inline constexpr const char *kMegacVersion = "0.1";
 
 llvm::Error writePlan(const Plan &p, const std::string &path);

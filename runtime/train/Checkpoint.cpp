@@ -59,6 +59,12 @@ llvm::Error saveCheckpoint(const std::string &dir, const plan::Plan &plan, const
   meta.set_host_elements(int64_t(state.params.size()));
   meta.set_model_path(plan.model_path());
   *meta.mutable_optimizer() = info.optimizer;
+  meta.set_weights_source(info.weightsSource);
+  for (const auto &[param, tensor] : info.weightNames) {
+    auto *n = meta.add_weight_names();
+    n->set_param(param);
+    n->set_tensor(tensor);
+  }
   for (const plan::Parameter &p : plan.parameters()) {
     auto *mp = meta.add_params();
     mp->set_name(p.name());
@@ -160,6 +166,8 @@ llvm::Expected<CheckpointInfo> loadCheckpoint(const std::string &dir, const plan
   info.dataIndex = meta->data_index();
   info.microBatchesPerStep = meta->micro_batches_per_step();
   info.optimizer = meta->optimizer();
+  info.weightsSource = meta->weights_source();
+  for (const auto &n : meta->weight_names()) info.weightNames.push_back({n.param(), n.tensor()});
   return info;
 }
 

@@ -16,6 +16,10 @@ struct CheckpointInfo {
   int64_t dataIndex = 0;
   int64_t microBatchesPerStep = 1;
   plan::Optimizer optimizer;
+  // Where the run's initial weights came from (--weights; empty: the model
+  // file), and which of the source's tensors each parameter took.
+  std::string weightsSource;
+  std::vector<std::pair<std::string, std::string>> weightNames;
 };
 
 // Writes the state into dir/step-<step>/ and points dir/latest at it; keeps

@@ -70,6 +70,8 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
     info.step = ck->step;
     info.seed = ck->seed;
     info.dataIndex = ck->dataIndex;
+    info.weightsSource = ck->weightsSource;
+    info.weightNames = ck->weightNames;
     if (!opts.quiet)
       llvm::outs() << "resumed from " << opts.resume << " at step " << ck->step << " of " << opts.steps << "\n";
     if (ck->step >= opts.steps) {
@@ -77,12 +79,12 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
       return std::vector<double>{};
     }
   } else {
-    auto initialized = loadInitialWeights(plan, state, {opts.weights, opts.init, opts.seed});
-    if (!initialized) return initialized.takeError();
-    if (*initialized && !opts.quiet)
-      llvm::outs() << "--init: initialized " << *initialized << " of " << plan.parameters_size()
-                   << " parameters that have no data (matrices N(0, 0.02), norm scales 1, biases 0; seed "
-                   << opts.seed << ")\n";
+    auto loaded = loadInitialWeights(plan, state, {opts.weights, opts.init, opts.initMissing, opts.seed});
+    if (!loaded) return loaded.takeError();
+    if (!opts.quiet)
+      for (const std::string &line : loaded->report) llvm::outs() << line << "\n";
+    info.weightsSource = loaded->source;
+    info.weightNames = loaded->names;
   }
 
   std::unique_ptr<std::ofstream> log;

@@ -20,8 +20,9 @@ struct TrainLoopOptions {
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
   std::string resume;            // checkpoint dir to resume from
-  std::string weights;           // ONNX file with initial weights
-  bool init = false;
+  std::string weights;           // --weights: pretrained weights (runtime/train/WeightSource.h)
+  bool init = false;             // initialize weights the model file has no data for
+  bool initMissing = false;      // initialize parameters --weights lacks
   uint64_t seed = 0;
   std::string logPath;           // metrics.jsonl
   bool quiet = false;

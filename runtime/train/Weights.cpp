@@ -3,9 +3,9 @@
 #include "runtime/core/Hash.h"
 #include "runtime/core/TensorFile.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/train/WeightSource.h"
 
 #include "onnx.pb.h"
-
 
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/FileSystem.h"
@@ -33,7 +33,7 @@ uint64_t hashParameters(const plan::Plan &plan, const HostState &state) {
 // Normal draws come in blocks of 2^20 elements, each from its own generator
 // seeded by (seed, parameter, block): the values do not depend on the number
 // of threads, and a multi-billion-parameter model initializes in seconds.
-static void initialize(const plan::Parameter &p, int32_t index, float *dst, uint64_t seed) {
+void initializeParameter(const plan::Parameter &p, int32_t index, float *dst, uint64_t seed) {
   switch (p.init()) {
   case plan::Parameter::ONES: std::fill(dst, dst + p.numel(), 1.0f); return;
   case plan::Parameter::ZEROS: std::fill(dst, dst + p.numel(), 0.0f); return;
@@ -52,8 +52,52 @@ static void initialize(const plan::Parameter &p, int32_t index, float *dst, uint
   }
 }
 
-llvm::Expected<int> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts) {
-  std::string path = opts.onnxPath.empty() ? plan.model_path() : opts.onnxPath;
+// --weights: every parameter from the source by name, or (--init-missing) initialized.
+static llvm::Expected<LoadedWeights> loadFromSource(const plan::Plan &plan, HostState &state,
+                                                    const WeightOptions &opts) {
+  auto src = openWeightSource(opts.weightsPath);
+  if (!src) return src.takeError();
+  WeightSource &s = **src;
+  std::vector<WantedTensor> wanted;
+  std::vector<float *> dsts;
+  for (const plan::Parameter &p : plan.parameters()) {
+    wanted.push_back({p.name(), Shape(p.type().shape().begin(), p.type().shape().end()), p.tied_embedding_head()});
+    dsts.push_back(state.params.data() + p.host_offset());
+  }
+  NameMatchOptions mo;
+  mo.graphLabel = "the plan";
+  mo.sourceLabel = opts.weightsPath;
+  mo.allowMissing = opts.initMissing;
+  auto load = loadMatched(s, wanted, dsts, mo);
+  if (!load) return load.takeError();
+  const NameMatch *match = &load->match;
+
+  LoadedWeights out;
+  out.source = opts.weightsPath;
+  out.report.push_back("weights: " + opts.weightsPath + " (" + s.describe() + ")");
+  for (const std::string &n : match->notes) out.report.push_back("weights: " + n);
+  for (int i = 0; i < plan.parameters_size(); ++i)
+    if (match->source[size_t(i)] >= 0)
+      out.names.push_back({plan.parameters(i).name(), s.tensors[size_t(match->source[size_t(i)])].name});
+  out.report.push_back("weights: " + loadSummary(match->matched, size_t(plan.parameters_size()), "parameters", load->stats));
+  if (!match->missing.empty()) {
+    std::string names;
+    for (int32_t i : match->missing) {
+      initializeParameter(plan.parameters(i), i, state.params.data() + plan.parameters(i).host_offset(), opts.seed);
+      if (out.initialized++ < 20) names += " '" + plan.parameters(i).name() + "'";
+    }
+    if (out.initialized > 20) names += " ...";
+    out.report.push_back("--init-missing: initialized " + std::to_string(out.initialized) +
+                         " parameters the weights lack (matrices N(0, 0.02), norm scales 1, biases 0; seed " +
+                         std::to_string(opts.seed) + "):" + names);
+  }
+  return out;
+}
+
+llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts) {
+  if (!opts.weightsPath.empty()) return loadFromSource(plan, state, opts);
+  if (opts.initMissing) return err("--init-missing goes with --weights (it initializes what the weights lack)");
+  const std::string path = plan.model_path();
   onnx::ModelProto model;
   bool haveModel = false;
   auto buf = llvm::MemoryBuffer::getFile(path, false, false);
@@ -86,8 +130,9 @@ llvm::Expected<int> loadInitialWeights(const plan::Plan &plan, HostState &state,
     }
     if (!tp || (external && !loc)) {
       if (!opts.init)
-        return err(path + ": parameter '" + p.name() + "' has no data; pass --init to initialize it");
-      initialize(p, i, dst, opts.seed);
+        return err(path + ": parameter '" + p.name() +
+                   "' has no data; pass --weights with pretrained weights, or --init to initialize it");
+      initializeParameter(p, i, dst, opts.seed);
       ++initialized;
       continue;
     }
@@ -106,11 +151,17 @@ llvm::Expected<int> loadInitialWeights(const plan::Plan &plan, HostState &state,
       std::memcpy(dst, t->raw(), size_t(p.numel()) * 4);
     }
   }
-  if (opts.onnxPath.empty() && initialized == 0 && plan.weights_hash() != 0 &&
-      hashParameters(plan, state) != plan.weights_hash())
+  if (initialized == 0 && plan.weights_hash() != 0 && hashParameters(plan, state) != plan.weights_hash())
     return err(path + ": the weights differ from those the plan was compiled with; recompile, or pass --weights " +
                path + " to use them anyway");
-  return initialized;
+  LoadedWeights out;
+  out.initialized = initialized;
+  if (initialized)
+    out.report.push_back("--init: initialized " + std::to_string(initialized) + " of " +
+                         std::to_string(plan.parameters_size()) +
+                         " parameters that have no data (matrices N(0, 0.02), norm scales 1, biases 0; seed " +
+                         std::to_string(opts.seed) + ")");
+  return out;
 }
 
 } // namespace megac::runtime

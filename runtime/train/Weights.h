@@ -1,21 +1,36 @@
 #pragma once
-// Initial weights for a plan: the bytes of the ONNX file's initializers (or
-// another ONNX file given with --weights), or Hugging Face-style
-// initialization (--init) for weights that have no data.
+// Initial weights for a plan: the bytes of the ONNX file's initializers,
+// pretrained weights given with --weights (Hugging Face safetensors, another
+// ONNX file, a megac checkpoint's parameters; runtime/train/WeightSource.h),
+// matched to the plan's parameters by name (runtime/train/NameMatch.h), or
+// Hugging Face-style initialization (--init) for weights that have no data.
 #include "runtime/train/Trainer.h"
+
+#include <utility>
 
 namespace megac::runtime {
 
 struct WeightOptions {
-  std::string onnxPath; // empty: the plan's model_path
-  bool init = false;    // initialize weights that have no data
+  std::string weightsPath;  // --weights; empty: the plan's model file
+  bool init = false;        // without --weights: initialize weights the model file has no data for
+  bool initMissing = false; // with --weights: initialize the parameters the weights lack
   uint64_t seed = 0;
 };
 
-// Returns how many parameters were initialized rather than read.
-llvm::Expected<int> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts);
+struct LoadedWeights {
+  int initialized = 0;             // parameters initialized rather than read
+  std::vector<std::string> report; // lines to print: source, name matching, GB/s, what was initialized
+  std::string source;              // --weights as given (empty: the plan's model)
+  std::vector<std::pair<std::string, std::string>> names; // plan parameter -> the source's tensor
+};
+
+llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts);
 
 // The FNV-1a hash codegen records over the parameters' bytes, in plan order.
 uint64_t hashParameters(const plan::Plan &plan, const HostState &state);
+
+// Parameters initialized the way --init does (by the plan's init kind, from
+// the seed and the parameter's index, whatever the number of threads).
+void initializeParameter(const plan::Parameter &p, int32_t index, float *dst, uint64_t seed);
 
 } // namespace megac::runtime

@@ -255,7 +255,7 @@ inline std::unique_ptr<runtime::Trainer> withWeights(llvm::Expected<std::unique_
     ADD_FAILURE() << llvm::toString(n.takeError());
     return nullptr;
   }
-  if (initialized) *initialized = *n;
+  if (initialized) *initialized = n->initialized;
   return std::move(*t);
 }
 

@@ -49,6 +49,9 @@ static llvm::Error runExportSteps() {
   auto &os = llvm::outs();
   os << "checkpoint " << ckpt->stepDir << ": step " << ckpt->meta.step() << ", " << ckpt->params.size()
      << " parameters\n";
+  if (!ckpt->meta.weights_source().empty())
+    os << "initial weights: " << ckpt->meta.weights_source() << " (" << ckpt->meta.weight_names_size()
+       << " parameters by name)\n";
   if (!OnnxOut.empty()) {
     std::string model = ModelPath.empty() ? ckpt->meta.model_path() : std::string(ModelPath);
     if (model.empty()) return exportError(ckpt->stepDir + ": the checkpoint names no model; pass --model PATH");

@@ -1,6 +1,8 @@
-// megac forward MODEL.onnx --input input_ids.pb [--input NAME=FILE] [-o out.pb]
+// megac forward MODEL.onnx --input input_ids.pb [--input NAME=FILE] [--weights W] [-o out.pb]
 #include "frontend/TensorProto.h"
 #include "ir/Eval.h"
+#include "ir/TiedWeights.h"
+#include "runtime/train/WeightSource.h"
 #include "tools/megac/Driver.h"
 
 #include "llvm/Support/Format.h"
@@ -17,6 +19,53 @@ static cl::list<std::string> Inputs("input", cl::desc("FILE binds the first inpu
                                     cl::sub(forwardCmd()));
 static cl::opt<std::string> Output("o", cl::desc("Write the first output as a serialized TensorProto"),
                                    cl::value_desc("file"), cl::sub(forwardCmd()));
+
+static cl::opt<std::string> WeightsPath(
+    "weights",
+    cl::desc("The weights to compute with: Hugging Face safetensors (a save_pretrained directory, "
+             "model.safetensors, or model.safetensors.index.json), an ONNX file, or a megac checkpoint directory; "
+             "matched to the model's parameters by name"),
+    cl::value_desc("PATH"), cl::sub(forwardCmd()));
+
+// Gives the graph's parameters (and frozen weights without data) the bytes
+// of the --weights tensors they match.
+static llvm::Error bindWeights(ir::Graph &g, const std::string &weights) {
+  auto src = runtime::openWeightSource(weights);
+  if (!src) return src.takeError();
+  runtime::WeightSource &s = **src;
+  const std::set<ir::ValueId> tied = ir::tiedEmbeddingHeads(g);
+  std::vector<ir::ValueId> ids;
+  std::vector<runtime::WantedTensor> wanted;
+  for (ir::ValueId v = 0; v < ir::ValueId(g.values.size()); ++v) {
+    const ir::Value &val = g.value(v);
+    bool weight = val.kind == ir::ValueKind::Param ||
+                  (val.kind == ir::ValueKind::Const && !val.hasData() && isFloatType(val.type.dtype));
+    if (!weight) continue;
+    if (val.type.dtype != DType::F32)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     g.sourcePath + ": weight '" + val.name + "' is " + dtypeName(val.type.dtype) +
+                                         "; --weights gives fp32 weights: export the model in float32");
+    ids.push_back(v);
+    wanted.push_back({val.name, val.type.shape, tied.count(v) > 0});
+  }
+  runtime::NameMatchOptions mo;
+  mo.graphLabel = g.sourcePath;
+  mo.sourceLabel = weights;
+  std::vector<float *> dsts;
+  for (ir::ValueId id : ids) {
+    ir::Value &val = g.value(id);
+    val.data = Tensor(DType::F32, val.type.shape);
+    val.external.reset();
+    dsts.push_back(val.data->data<float>());
+  }
+  auto load = runtime::loadMatched(s, wanted, dsts, mo);
+  if (!load) return load.takeError();
+  auto &os = llvm::outs();
+  os << "weights: " << weights << " (" << s.describe() << ")\n";
+  for (const std::string &n : load->match.notes) os << "weights: " << n << "\n";
+  os << "weights: " << runtime::loadSummary(load->match.matched, ids.size(), "weights", load->stats) << "\n";
+  return llvm::Error::success();
+}
 
 static void printSummary(const std::string &name, const Tensor &t) {
   auto &os = llvm::outs();
@@ -68,6 +117,8 @@ int runForward() {
   auto g = loadModel(Model, *flags);
   if (!g) return reportError(g.takeError());
   ir::Graph &graph = **g;
+  if (!WeightsPath.empty())
+    if (auto e = bindWeights(graph, WeightsPath)) return reportError(std::move(e));
   if (first) named[graph.value(graph.inputs[0]).name] = *first;
   auto outs = ir::runGraph(graph, named);
   if (!outs) return reportError(outs.takeError());

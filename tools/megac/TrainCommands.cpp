@@ -6,6 +6,7 @@
 #include "codegen/ResidentPolicy.h"
 #include "frontend/TensorProto.h"
 #include "runtime/train/TrainLoop.h"
+#include "runtime/train/WeightSource.h"
 #ifdef MEGAC_HAS_CUDA
 #include "runtime/cuda/CudaTrainer.h"
 #endif
@@ -101,10 +102,18 @@ static cl::opt<std::string> CheckpointDir("checkpoint-dir", cl::desc("Directory 
 static cl::opt<int64_t> CheckpointEvery("checkpoint-every", cl::desc("Checkpoint every K steps (and at the end)"),
                                         cl::init(0), RUN_SUBS);
 static cl::opt<std::string> Resume("resume", cl::desc("Resume from this checkpoint directory"), RUN_SUBS);
-static cl::opt<std::string> Weights("weights", cl::desc("Initial weights: an ONNX file or a checkpoint directory"),
-                                    RUN_SUBS);
+static cl::opt<std::string> Weights(
+    "weights",
+    cl::desc("Initial weights: Hugging Face safetensors (a save_pretrained directory, model.safetensors, or "
+             "model.safetensors.index.json), an ONNX file, or a megac checkpoint directory (which resumes its "
+             "moments and step too); matched to the plan's parameters by name"),
+    cl::value_desc("PATH"), RUN_SUBS);
 static cl::opt<bool> Init("init", cl::desc("Initialize weights that have no data (N(0,0.02), ones, zeros)"),
                           RUN_SUBS);
+static cl::opt<bool> InitMissing("init-missing",
+                                 cl::desc("With --weights: initialize the parameters the weights lack (as --init "
+                                          "does) instead of stopping with the list of them"),
+                                 RUN_SUBS);
 static cl::opt<std::string> Log("log", cl::desc("Write one JSON object per step to this file"), RUN_SUBS);
 static cl::opt<bool> EmulateCompute(
     "emulate-compute",
@@ -280,11 +289,17 @@ static int trainOnPlan(plan::Plan plan) {
   lo.checkpointEvery = CheckpointEvery;
   lo.resume = Resume;
   lo.init = Init;
+  lo.initMissing = InitMissing;
   lo.seed = uint64_t(plan.optimizer().seed());
   lo.logPath = Log;
+  if (InitMissing && Weights.empty())
+    return reportError(flagError("--init-missing goes with --weights (it initializes what the weights lack)"));
   if (!Weights.empty()) {
-    if (llvm::sys::fs::is_directory(Weights)) {
-      if (!Resume.empty()) return reportError(flagError("--weights and --resume cannot be combined"));
+    if (!Resume.empty()) return reportError(flagError("--weights and --resume cannot be combined"));
+    auto kind = runtime::classifyWeightsPath(Weights);
+    if (!kind) return reportError(kind.takeError());
+    if (kind->format == runtime::WeightFormat::MegacCheckpoint) {
+      if (InitMissing) return reportError(flagError("--init-missing: a megac checkpoint holds every parameter"));
       lo.resume = Weights; // weights from a checkpoint: moments and step come along
     } else {
       lo.weights = Weights;
