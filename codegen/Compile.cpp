@@ -5,6 +5,9 @@
 #include "codegen/ResidentPolicy.h"
 #include "runtime/plan/PlanChecker.h"
 
+#include <algorithm>
+#include <cstdio>
+
 namespace megac::codegen {
 
 // Everything but the budget checks and the plan checker.
@@ -37,8 +40,66 @@ static frontend::ImportOptions atShape(frontend::ImportOptions io, int64_t batch
   return io;
 }
 
+// Past this many tokens a compile materializes enough (masks, position
+// tables, the planner's arrays) to take seconds and gigabytes, so the shape
+// is first checked against the GPU budget by arithmetic.
+static constexpr int64_t kCheckTokensAbove = int64_t(1) << 17;
+static constexpr int kMaxTokensLog2 = 40;
+
+static std::string gib(double bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(int64_t(1) << 30));
+  return buf;
+}
+
+// Refuses a batch x seq whose GPU memory is past the budget before a
+// compile at that size materializes anything: device bytes grow at least
+// linearly with the tokens (every unit's boundary activations, the loss's
+// rows), so compiles at batch 1 and 2 x a short seq give a lower bound for
+// any larger shape, and an upper bound for the largest that fits.
+static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::ImportOptions &import,
+                                  const passes::PassOptions &passOpts, const CodegenOptions &co) {
+  const int64_t B = import.batch, S = import.seq;
+  if (B <= 0 || S <= 0) return llvm::Error::success();
+  const double tokens = double(B) * double(S);
+  const double maxTokens = double(int64_t(1) << kMaxTokensLog2);
+  if (tokens <= double(kCheckTokensAbove)) return llvm::Error::success();
+  const int64_t s0 = std::min<int64_t>(S, 64);
+  auto p1 = compilePlan(modelPath, atShape(import, 1, s0), passOpts, co);
+  auto p2 = compilePlan(modelPath, atShape(import, 2, s0), passOpts, co);
+  if (!p1 || !p2) { // the compile at the real shape reports what is wrong
+    if (!p1) llvm::consumeError(p1.takeError());
+    if (!p2) llvm::consumeError(p2.takeError());
+    if (tokens <= maxTokens) return llvm::Error::success();
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "--batch " + std::to_string(B) + " x --seq " + std::to_string(S) +
+                                       " is more than 2^" + std::to_string(kMaxTokensLog2) + " tokens a step");
+  }
+  const double base = double(p1->schedule().device_bytes());
+  const double perToken = std::max(0.0, double(p2->schedule().device_bytes()) - base) / double(s0);
+  const double budget = double(p1->schedule().gpu_budget_bytes());
+  const double atLeast = base + perToken * (tokens - double(s0));
+  if (tokens <= maxTokens && atLeast <= budget) return llvm::Error::success();
+  auto most = [&](int64_t other) {
+    double fit = perToken > 0 ? (budget - base + perToken * double(s0)) / (perToken * double(other)) : maxTokens;
+    return int64_t(std::max(0.0, std::min(fit, maxTokens / double(other))));
+  };
+  std::string first = atLeast > budget ? "batch " + std::to_string(B) + " x seq " + std::to_string(S) +
+                                             " needs at least " + gib(atLeast) + " of GPU memory (" +
+                                             std::to_string(int64_t(perToken)) +
+                                             " bytes a token, from compiles at batch 1 and 2 x seq " +
+                                             std::to_string(s0) + "); the budget (--gpu-mem) is " + gib(budget)
+                                       : "batch " + std::to_string(B) + " x seq " + std::to_string(S) +
+                                             " is more than 2^" + std::to_string(kMaxTokensLog2) + " tokens a step";
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 first + "\nlargest batch that fits at seq " + std::to_string(S) + ": at most " +
+                                     std::to_string(std::min(most(S), B - 1)) + "\nlargest seq that fits at batch " +
+                                     std::to_string(B) + ": at most " + std::to_string(std::min(most(B), S - 1)));
+}
+
 llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, const frontend::ImportOptions &import,
                                               const passes::PassOptions &passOpts, const CodegenOptions &co) {
+  if (auto e = checkTokensFit(modelPath, import, passOpts, co)) return std::move(e);
   auto plan = compilePlan(modelPath, import, passOpts, co);
   if (!plan) return plan.takeError();
   if (plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes())

@@ -2,6 +2,8 @@
 
 #include "frontend/ImportHooks.h"
 #include "frontend/TensorProto.h"
+#include "runtime/core/CheckedSize.h"
+#include "runtime/core/ContainedPath.h"
 #include "ir/OpSchema.h"
 
 #include "onnx.pb.h"
@@ -20,6 +22,13 @@ using namespace megac::ir;
 namespace {
 
 constexpr int64_t kMaxIrVersion = 11;
+// Tensors without data carry only a shape: one past 2^36 elements (a 256 GB
+// fp32 weight; the largest models' largest weight is about 2^31) is a
+// corrupt file, refused before any size derived from it is used. Run-time
+// inputs get 2^40 (their shapes come from --batch/--seq too).
+constexpr int kMaxDataLessElementsLog2 = 36;
+constexpr int64_t kMaxDataLessElements = int64_t(1) << kMaxDataLessElementsLog2;
+constexpr int kMaxInputElementsLog2 = 40;
 
 llvm::Error fail(const std::string &path, const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), (path + ": " + msg).str());
@@ -128,10 +137,17 @@ private:
         if (!ex) return fail(path_, llvm::toString(ex.takeError()));
         llvm::SmallString<256> p(g_->baseDir);
         llvm::sys::path::append(p, ex->location);
-        if (llvm::sys::fs::exists(p)) v.external = *ex;
-        else if (stats_) {
-          stats_->dataLessWeights.push_back(ip.name());
-          stats_->missingDataFiles.insert(std::string(p));
+        if (llvm::sys::fs::exists(p)) {
+          if (auto e = checkExternal(ip.name(), v.type, *ex, std::string(p))) return e;
+          v.external = *ex;
+        } else {
+          if (auto e = checkDataLessSize("initializer '" + ip.name() + "' (its external data file is missing)",
+                                         v.type))
+            return e;
+          if (stats_) {
+            stats_->dataLessWeights.push_back(ip.name());
+            stats_->missingDataFiles.insert(std::string(p));
+          }
         }
       } else {
         auto t = tensorFromProto(ip, ip.name());
@@ -143,6 +159,39 @@ private:
     }
     for (const auto &sp : gp.sparse_initializer())
       return fail(path_, "sparse initializer '" + sp.values().name() + "' is not supported");
+    return llvm::Error::success();
+  }
+
+  // External data: inside the model's directory (resolved, links too), and
+  // the bytes its shape needs present in the file, before anything is read.
+  llvm::Error checkExternal(const std::string &name, const TensorType &type, const ExternalData &ex,
+                            const std::string &file) {
+    if (auto e = checkInsideDirectory(g_->baseDir.empty() ? "." : g_->baseDir, file,
+                                      "external data of initializer '" + name + "'"))
+      return fail(path_, llvm::toString(std::move(e)));
+    auto nbytes = checkedNbytes(type.shape, int64_t(dtypeSize(type.dtype)));
+    if (!nbytes)
+      return fail(path_, "initializer '" + name + "' has shape " + shapeToString(type.shape) +
+                             ", more than 2^63 bytes");
+    uint64_t size = 0;
+    if (auto ec = llvm::sys::fs::file_size(file, size)) return fail(path_, file + ": " + ec.message());
+    if (ex.length >= 0 && ex.length != *nbytes)
+      return fail(path_, "initializer '" + name + "': its external data length is " + llvm::Twine(ex.length) +
+                             " bytes, its shape " + shapeToString(type.shape) + " needs " + llvm::Twine(*nbytes));
+    if (uint64_t(ex.offset) > size || uint64_t(*nbytes) > size - uint64_t(ex.offset))
+      return fail(path_, "initializer '" + name + "': " + llvm::Twine(*nbytes) + " bytes at offset " +
+                             llvm::Twine(ex.offset) + " run past the end of " + file + " (" + llvm::Twine(size) +
+                             " bytes): truncated?");
+    return llvm::Error::success();
+  }
+
+  // A tensor without data (a weight exported shapes-only, a graph input):
+  // its shape is all there is to check, against a bound no model reaches.
+  llvm::Error checkDataLessSize(const std::string &what, const TensorType &type, bool runtimeInput = false) {
+    const int log2 = runtimeInput ? kMaxInputElementsLog2 : kMaxDataLessElementsLog2;
+    if (!checkedNumel(type.shape, int64_t(1) << log2))
+      return fail(path_, what + " has shape " + shapeToString(type.shape) + ": more than 2^" + llvm::Twine(log2) +
+                             " elements" + (runtimeInput ? " (check --batch, --seq and --dim)" : ", which no model has"));
     return llvm::Error::success();
   }
 
@@ -159,6 +208,7 @@ private:
                              ", the model wants rank " + llvm::Twine(dims.size()));
     for (int i = 0; i < dims.size(); ++i) {
       const auto &d = dims[i];
+      if (d.has_dim_param()) dimParams_.insert(d.dim_param());
       if (given && d.has_dim_value() && d.dim_value() != (*given)[size_t(i)])
         return fail(path_, "data for graph input '" + vi.name() + "' has shape " + shapeToString(*given) +
                                ", the model wants dim " + llvm::Twine(i) + " = " + llvm::Twine(d.dim_value()));
@@ -169,6 +219,14 @@ private:
         continue;
       }
       if (d.has_dim_value()) {
+        const int64_t asked = firstRuntimeInput && i == 0 ? opts_.batch : firstRuntimeInput && i == 1 ? opts_.seq : -1;
+        if (!given && asked > 0 && d.dim_value() != asked)
+          return fail(path_, "graph input '" + vi.name() + "' has a fixed dim " + llvm::Twine(i) + " of " +
+                                 llvm::Twine(d.dim_value()) + ", but " + (i == 0 ? "--batch " : "--seq ") +
+                                 llvm::Twine(asked) + " was given: export with dynamic batch and seq axes, or give " +
+                                 (i == 0 ? "--batch " : "--seq ") + llvm::Twine(d.dim_value()));
+        if (d.dim_value() < 0)
+          return fail(path_, "graph input '" + vi.name() + "' has a negative dim " + llvm::Twine(i));
         s.push_back(d.dim_value());
         continue;
       }
@@ -212,6 +270,9 @@ private:
       auto s = bindShape(vi, first && !dataLessWeight);
       if (!s) return s.takeError();
       v.type.shape = *s;
+      if (auto e = checkDataLessSize((dataLessWeight ? "weight '" : "graph input '") + vi.name() + "'", v.type,
+                                     !dataLessWeight))
+        return e;
       v.kind = dataLessWeight ? ValueKind::Const : ValueKind::Input;
       if (dataLessWeight && stats_) stats_->dataLessWeights.push_back(vi.name());
       if (!dataLessWeight) first = false;
@@ -220,6 +281,14 @@ private:
       if (!dataLessWeight) g_->inputs.push_back(*id);
     }
     if (g_->inputs.empty()) return fail(path_, "graph has no run-time inputs");
+    for (const auto &[name, size] : opts_.dims)
+      if (!dimParams_.count(name)) {
+        std::string known;
+        for (const std::string &p : dimParams_) known += (known.empty() ? "" : ", ") + p;
+        return fail(path_, "--dim " + name + "=" + llvm::Twine(size) + ": the model's inputs have no dimension named '" +
+                               name + "' (" + (known.empty() ? std::string("they have none") : "they have " + known) +
+                               ")");
+      }
     return llvm::Error::success();
   }
 
@@ -323,6 +392,7 @@ private:
   std::map<std::string, int64_t> domains_;
   std::set<std::string> functions_;
   std::map<std::string, int64_t> bound_;
+  std::set<std::string> dimParams_; // symbolic dims the graph's inputs name
 };
 
 } // namespace

@@ -24,11 +24,20 @@ static const std::set<std::string> kLayoutOps = {
     "Transpose", "Reshape", "Squeeze", "Unsqueeze", "Flatten", "Cast", "CastLike", "Identity", "Expand",
     "Gather",    "Slice",   "Split",   "Concat",    "Tile",    "GatherElements", "GatherND"};
 
-static bool allFinite(const Tensor &t) {
-  if (!isFloatType(t.dtype())) return true;
-  for (int64_t i = 0; i < t.numel(); ++i)
-    if (!std::isfinite(t.getAsDouble(i))) return false;
-  return true;
+// The first element that is NaN or +Inf, else the first -Inf, else -1.
+static int64_t firstNonFinite(const Tensor &t, bool *onlyNegativeInf) {
+  *onlyNegativeInf = true;
+  int64_t negInf = -1;
+  if (!isFloatType(t.dtype())) return -1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double x = t.getAsDouble(i);
+    if (std::isnan(x) || x == INFINITY) {
+      *onlyNegativeInf = false;
+      return i;
+    }
+    if (x == -INFINITY && negInf < 0) negInf = i;
+  }
+  return negInf;
 }
 
 llvm::Error classifyParams(Graph &g, const PassOptions &opts) {
@@ -79,7 +88,13 @@ llvm::Error classifyParams(Graph &g, const PassOptions &opts) {
     bool param = false;
     if (isFloatType(v.type.dtype) && numElements(v.type.shape) > 1 && reachesDynamic(ValueId(i))) {
       param = true;
-      if (v.data && !allFinite(*v.data)) param = false; // masks hold -inf
+      bool maskLike = true;
+      int64_t bad = v.data ? firstNonFinite(*v.data, &maskLike) : -1;
+      if (bad >= 0 && maskLike) param = false; // masks hold -inf
+      else if (bad >= 0)
+        return graphError(g, "initializer '" + v.name + "' is used as a weight but holds " +
+                                 std::to_string(v.data->getAsDouble(bad)) + " at element " + llvm::Twine(bad) +
+                                 ": the model file's weights are corrupt");
     }
     v.frozen = false;
     if (trainable && trainable->match(v.name)) {

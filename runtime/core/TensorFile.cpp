@@ -1,5 +1,8 @@
 #include "runtime/core/TensorFile.h"
 
+#include "runtime/core/CheckedSize.h"
+#include "runtime/core/ContainedPath.h"
+
 #include "onnx.pb.h"
 
 #include <google/protobuf/io/coded_stream.h>
@@ -66,42 +69,45 @@ llvm::Expected<Tensor> tensorFromProto(const onnx::TensorProto &p, const std::st
   for (int64_t d : shape)
     if (d < 0) return err("tensor '" + what + "': negative dimension");
   if (p.has_segment()) return err("tensor '" + what + "': segmented tensors are not supported");
-  Tensor t(dt, shape);
-  int64_t n = t.numel();
+  // The sizes come from the file: compared with the bytes present before anything is allocated.
+  auto nbytes = checkedNbytes(shape, int64_t(dtypeSize(dt)));
+  if (!nbytes)
+    return err("tensor '" + what + "': shape " + shapeToString(shape) + " of " + dtypeName(dt) +
+               " has more than 2^63 bytes");
+  const int64_t n = *nbytes / int64_t(dtypeSize(dt));
   if (p.has_raw_data()) {
-    if (p.raw_data().size() != t.nbytes())
+    if (p.raw_data().size() != uint64_t(*nbytes))
       return err("tensor '" + what + "': raw_data has " + llvm::Twine(p.raw_data().size()) + " bytes, shape " +
-                 shapeToString(shape) + " of " + dtypeName(dt) + " needs " + llvm::Twine(t.nbytes()));
+                 shapeToString(shape) + " of " + dtypeName(dt) + " needs " + llvm::Twine(*nbytes));
+    Tensor t(dt, shape);
     std::memcpy(t.raw(), p.raw_data().data(), t.nbytes());
     return t;
   }
-  auto need = [&](int have) -> llvm::Error {
-    if (have != n)
-      return err("tensor '" + what + "': has " + llvm::Twine(have) + " values, shape " + shapeToString(shape) +
-                 " needs " + llvm::Twine(n));
-    return llvm::Error::success();
-  };
+  const int have = dt == DType::F32                         ? p.float_data_size()
+                   : dt == DType::F64                       ? p.double_data_size()
+                   : dt == DType::I64                       ? p.int64_data_size()
+                   : dt == DType::U32 || dt == DType::U64   ? p.uint64_data_size()
+                                                            : p.int32_data_size();
+  if (have != n)
+    return err("tensor '" + what + "': has " + llvm::Twine(have) + " values, shape " + shapeToString(shape) +
+               " needs " + llvm::Twine(n));
+  Tensor t(dt, shape);
   switch (dt) {
   case DType::F32:
-    if (auto e = need(p.float_data_size())) return std::move(e);
     copyFrom<float>(t, p.float_data());
     break;
   case DType::F64:
-    if (auto e = need(p.double_data_size())) return std::move(e);
     copyFrom<double>(t, p.double_data());
     break;
   case DType::I64:
-    if (auto e = need(p.int64_data_size())) return std::move(e);
     copyFrom<int64_t>(t, p.int64_data());
     break;
   case DType::U32: case DType::U64:
-    if (auto e = need(p.uint64_data_size())) return std::move(e);
     if (dt == DType::U32) copyFrom<uint32_t>(t, p.uint64_data());
     else copyFrom<uint64_t>(t, p.uint64_data());
     break;
   case DType::I32: case DType::I16: case DType::I8: case DType::U8: case DType::U16: case DType::Bool:
   case DType::F16: case DType::BF16: {
-    if (auto e = need(p.int32_data_size())) return std::move(e);
     for (int64_t i = 0; i < n; ++i) {
       int32_t v = p.int32_data(int(i));
       switch (dt) {
@@ -143,6 +149,7 @@ llvm::Error readExternal(const std::string &baseDir, const ExternalLocation &loc
                          void *dst, int64_t bytes) {
   llvm::SmallString<256> path(baseDir);
   llvm::sys::path::append(path, loc.location);
+  if (auto e = checkInsideDirectory(baseDir, std::string(path), "external data of '" + what + "'")) return e;
   std::ifstream in(std::string(path), std::ios::binary);
   if (!in) return err("cannot open external data file '" + std::string(path) + "' for '" + what + "'");
   in.seekg(0, std::ios::end);
@@ -150,7 +157,7 @@ llvm::Error readExternal(const std::string &baseDir, const ExternalLocation &loc
   if (loc.length >= 0 && loc.length != bytes)
     return err("external data for '" + what + "' has length " + llvm::Twine(loc.length) + " but its shape needs " +
                llvm::Twine(bytes) + " bytes");
-  if (loc.offset < 0 || loc.offset + bytes > fileSize)
+  if (loc.offset < 0 || bytes < 0 || loc.offset > fileSize || bytes > fileSize - loc.offset)
     return err("external data for '" + what + "' runs past the end of '" + std::string(path) + "' (offset " +
                llvm::Twine(loc.offset) + ", " + llvm::Twine(bytes) + " bytes, file has " + llvm::Twine(fileSize) + ")");
   in.seekg(loc.offset);

@@ -34,8 +34,10 @@ llvm::Expected<TokenData> TokenData::openTokens(const std::string &path, int64_t
       return err(path + ": llm.c token file of unknown version " + llvm::Twine(header[1]));
     width = header[1] == 1 ? 2 : 4;
     start = 1024;
+    if (header[2] < 0)
+      return err(path + ": llm.c header gives a negative token count (" + llvm::Twine(header[2]) + ")");
     count = size_t(header[2]);
-    if (start + count * width > n)
+    if (count > (n - start) / width)
       return err(path + ": llm.c header promises " + llvm::Twine(count) + " tokens, the file is shorter");
     d.format_ = width == 2 ? "llm.c, uint16" : "llm.c, uint32";
   } else {

@@ -1,6 +1,7 @@
 #include "runtime/train/WeightSource.h"
 
 #include "runtime/core/CheckedSize.h"
+#include "runtime/core/ContainedPath.h"
 #include "runtime/core/Safetensors.h"
 #include "runtime/core/TensorFile.h"
 #include "runtime/cpu/Kernel.h"
@@ -80,23 +81,6 @@ llvm::Expected<WeightsPath> classifyWeightsPath(const std::string &given) {
                " .safetensors files and no model.safetensors.index.json to say which tensor is where");
   return err(given + ": --weights: the directory holds neither Hugging Face weights (model.safetensors or "
                      "model.safetensors.index.json) nor a megac checkpoint ('latest' or checkpoint.meta)");
-}
-
-// --- containment ---
-
-llvm::Error checkInsideDirectory(const std::string &dir, const std::string &file, const std::string &what) {
-  llvm::SmallString<256> realDir, realFile;
-  if (auto ec = fs::real_path(dir, realDir)) return err(dir + ": " + ec.message());
-  if (auto ec = fs::real_path(file, realFile)) return err(file + ": " + what + ": " + ec.message());
-  // A Hugging Face cache: .../models--NAME/snapshots/REV/FILE links to ../../blobs/HASH.
-  std::string root(realDir);
-  llvm::StringRef rev = path::filename(realDir), snaps = path::parent_path(realDir);
-  if (!rev.empty() && path::filename(snaps) == "snapshots" &&
-      path::filename(path::parent_path(snaps)).startswith("models--"))
-    root = std::string(path::parent_path(snaps));
-  if (!llvm::StringRef(realFile).startswith(root + "/"))
-    return err(file + ": " + what + " resolves to " + std::string(realFile) + ", outside " + root);
-  return llvm::Error::success();
 }
 
 // --- conversion ---
@@ -403,7 +387,7 @@ static llvm::Expected<std::unique_ptr<WeightSource>> openCheckpoint(const std::s
   return std::unique_ptr<WeightSource>(std::move(src));
 }
 
-static int64_t firstNonFinite(const float *data, int64_t n) {
+int64_t firstNonFinite(const float *data, int64_t n) {
   constexpr int64_t kChunk = 1 << 20;
   const int64_t chunks = (n + kChunk - 1) / kChunk;
   std::vector<int64_t> first(size_t(chunks), -1);

@@ -151,6 +151,13 @@ llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostSta
       std::memcpy(dst, t->raw(), size_t(p.numel()) * 4);
     }
   }
+  for (const plan::Parameter &p : plan.parameters()) {
+    int64_t bad = firstNonFinite(state.params.data() + p.host_offset(), p.numel());
+    if (bad >= 0)
+      return err(path + ": parameter '" + p.name() + "' holds " +
+                 std::to_string(state.params[size_t(p.host_offset() + bad)]) + " at element " + llvm::Twine(bad) +
+                 ": the model file's weights are corrupt");
+  }
   if (initialized == 0 && plan.weights_hash() != 0 && hashParameters(plan, state) != plan.weights_hash())
     return err(path + ": the weights differ from those the plan was compiled with; recompile, or pass --weights " +
                path + " to use them anyway");

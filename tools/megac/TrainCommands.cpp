@@ -16,6 +16,8 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <cmath>
+
 namespace cl = llvm::cl;
 
 namespace megac::driver {
@@ -128,12 +130,19 @@ static llvm::Error flagError(const llvm::Twine &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
 }
 
+// A flag's value as the user would write it ("nan", "1e-05").
+static std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
 // Applies the optimizer flags to `o`: all of them when `all`, else only
 // those given on the command line (run overriding the plan's defaults).
 static llvm::Error applyOptimizerFlags(plan::Optimizer &o, bool all) {
   auto given = [&](const cl::Option &opt) { return all || opt.getNumOccurrences() > 0; };
   if (given(Lr)) {
-    if (!(Lr > 0)) return flagError("--lr must be positive");
+    if (!(Lr > 0) || !std::isfinite(Lr)) return flagError("--lr must be a positive number (got " + num(Lr) + ")");
     o.set_lr(Lr);
   }
   if (given(Warmup)) {
@@ -145,33 +154,45 @@ static llvm::Error applyOptimizerFlags(plan::Optimizer &o, bool all) {
       return flagError("--schedule must be constant or cosine, not '" + Schedule + "'");
     o.set_schedule(Schedule);
   }
-  if (given(MinLr)) o.set_min_lr(MinLr);
+  if (given(MinLr)) {
+    if (!(MinLr >= 0) || !std::isfinite(MinLr))
+      return flagError("--min-lr must be a number >= 0 (got " + num(MinLr) + ")");
+    o.set_min_lr(MinLr);
+  }
+  if (o.min_lr() > o.lr())
+    return flagError("--min-lr " + num(o.min_lr()) + " is above --lr " + num(o.lr()) +
+                     ": the cosine schedule decays from --lr to --min-lr");
   if (given(WeightDecay)) {
-    if (WeightDecay < 0) return flagError("--weight-decay must be >= 0");
+    if (!(WeightDecay >= 0) || !std::isfinite(WeightDecay))
+      return flagError("--weight-decay must be a number >= 0 (got " + num(WeightDecay) + ")");
     o.set_weight_decay(WeightDecay);
   }
   if (given(NoDecay)) o.set_no_decay(NoDecay);
   if (given(Betas)) {
     auto [a, b] = llvm::StringRef(Betas).split(',');
     double b1, b2;
-    if (a.getAsDouble(b1) || b.getAsDouble(b2) || b1 < 0 || b1 >= 1 || b2 < 0 || b2 >= 1)
+    if (a.getAsDouble(b1) || b.getAsDouble(b2) || !(b1 >= 0 && b1 < 1) || !(b2 >= 0 && b2 < 1))
       return flagError("--betas expects B1,B2 in [0, 1), got '" + Betas + "'");
     o.set_beta1(float(b1));
     o.set_beta2(float(b2));
   }
   if (given(Eps)) {
-    if (!(Eps > 0)) return flagError("--eps must be positive");
+    if (!(Eps > 0) || !std::isfinite(Eps)) return flagError("--eps must be a positive number (got " + num(Eps) + ")");
     o.set_eps(Eps);
   }
   if (given(Clip)) {
-    if (Clip < 0) return flagError("--clip must be >= 0");
+    if (!(Clip >= 0) || !std::isfinite(Clip))
+      return flagError("--clip must be a number >= 0 (0: off; got " + num(Clip) + ")");
     o.set_clip(Clip);
   }
   if (given(GradAccum)) {
     if (GradAccum < 1) return flagError("--grad-accum must be >= 1");
     o.set_grad_accum(GradAccum);
   }
-  if (given(Seed)) o.set_seed(Seed);
+  if (given(Seed)) {
+    if (Seed < 0) return flagError("--seed must be >= 0 (got " + llvm::Twine(Seed) + ")");
+    o.set_seed(Seed);
+  }
   return llvm::Error::success();
 }
 
@@ -194,11 +215,11 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   so.profile = profile;
   so.gpuBudgetBytes = profile.usableGpuBytes();
   if (GpuMem.getNumOccurrences()) {
-    if (!(GpuMem > 0)) return flagError("--gpu-mem must be a positive number of GiB");
+    if (!(GpuMem > 0) || !(GpuMem < 1e9)) return flagError("--gpu-mem must be a positive number of GiB");
     so.gpuBudgetBytes = plan::MachineProfile::gibToBytes(GpuMem);
   }
   if (HostMem.getNumOccurrences()) {
-    if (!(HostMem > 0)) return flagError("--host-mem must be a positive number of GiB");
+    if (!(HostMem > 0) || !(HostMem < 1e9)) return flagError("--host-mem must be a positive number of GiB");
     so.hostBudgetBytes = plan::MachineProfile::gibToBytes(HostMem);
   }
   return so;
@@ -276,6 +297,15 @@ static int trainOnPlan(plan::Plan plan) {
   lo.valData = ValData;
   lo.valIsText = !Text.empty(); // held-out text when training on text
   lo.evalEvery = EvalEvery;
+  if (EvalEvery.getNumOccurrences() && EvalEvery < 1)
+    return reportError(flagError("--eval-every must be >= 1 (got " + llvm::Twine(EvalEvery) + ")"));
+  if (EvalEvery > 0 && ValData.empty())
+    return reportError(flagError("--eval-every needs --val-data FILE (the held-out tokens to evaluate)"));
+  if (CheckpointEvery.getNumOccurrences() && CheckpointEvery < 1)
+    return reportError(flagError("--checkpoint-every must be >= 1 (got " + llvm::Twine(CheckpointEvery) +
+                                 "); without it, a run checkpoints only at its end"));
+  if (CheckpointEvery > 0 && CheckpointDir.empty())
+    return reportError(flagError("--checkpoint-every needs --checkpoint-dir DIR"));
   if (!InputIds.empty()) {
     if (TargetsFile.empty()) return reportError(flagError("--input needs --targets"));
     auto ids = frontend::readTensorFile(InputIds);
