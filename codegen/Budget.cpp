@@ -2,6 +2,7 @@
 
 #include "runtime/plan/PlanReport.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/train/HostMemory.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -23,19 +24,8 @@ static std::string bytesText(int64_t b) {
   return os.str();
 }
 
-llvm::Expected<HostBill> hostBill(const plan::Plan &p) {
-  auto r = plan::reportPlan(p);
-  if (!r) return r.takeError();
-  HostBill h;
-  h.masterWeights = r->memory.masterWeightBytes;
-  h.adamMoments = r->memory.adamMomentBytes;
-  h.gradients = r->memory.gradientBytes;
-  h.pinnedStaging = p.schedule().pinned_staging_bytes();
-  return h;
-}
-
 llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes) {
-  auto h = hostBill(p);
+  auto h = runtime::hostBill(p);
   if (!h) return h.takeError();
   if (h->total() <= hostBudgetBytes) return llvm::Error::success();
   return err("the plan needs " + bytesText(h->total()) + " of host memory, more than --host-mem " +

@@ -11,12 +11,6 @@ namespace megac::codegen {
 // Host bytes of the plan: fp32 master weights, AdamW m and v, the step's
 // gradients where kept (runtime/plan/PlanReport.h), plus the pinned staging
 // slots of the schedule.
-struct HostBill {
-  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0;
-  int64_t total() const { return masterWeights + adamMoments + gradients + pinnedStaging; }
-};
-llvm::Expected<HostBill> hostBill(const plan::Plan &p);
-
 // Errors, with the numbers, when the host bill exceeds `hostBudgetBytes`.
 llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes);
 

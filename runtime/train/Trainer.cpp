@@ -1,5 +1,7 @@
 #include "runtime/train/Trainer.h"
 
+#include "runtime/train/HostMemory.h"
+
 #include "runtime/cpu/Gemm.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -43,9 +45,16 @@ llvm::Error Trainer::initHostState() {
   if (lossId_ < 0) return err("the plan has no loss");
   for (const plan::Parameter &p : plan_.parameters())
     hostElements_ = std::max(hostElements_, p.host_offset() + (p.numel() + 63) / 64 * 64);
-  state_.params.assign(size_t(hostElements_), 0.0f);
-  state_.m.assign(size_t(hostElements_), 0.0f);
-  state_.v.assign(size_t(hostElements_), 0.0f);
+  if (auto e = checkHostMemory(plan_, readHostMemory())) return e;
+  try {
+    state_.params.assign(size_t(hostElements_), 0.0f);
+    state_.m.assign(size_t(hostElements_), 0.0f);
+    state_.v.assign(size_t(hostElements_), 0.0f);
+  } catch (const std::bad_alloc &) {
+    state_ = {};
+    return err("cannot allocate the host state: " + llvm::Twine(hostElements_ * 12) +
+               " bytes of fp32 master weights and AdamW moments");
+  }
   const plan::Optimizer &o = plan_.optimizer();
   hyper_ = {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
   return llvm::Error::success();

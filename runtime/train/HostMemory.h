@@ -1,0 +1,37 @@
+#pragma once
+// Host memory: what the machine can give (MemAvailable, and the cgroup's
+// limit less its usage where one is set), checked against the plan's host
+// bill before any of it is allocated or pinned, so that a plan too large
+// for the machine is a clear error, never the OOM killer taking the user's
+// machine down.
+#include "plan.pb.h"
+
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace megac::runtime {
+
+struct HostMemory {
+  int64_t memAvailable = -1; // /proc/meminfo MemAvailable, bytes (-1: unknown)
+  int64_t cgroupLeft = -1;   // the cgroup's memory limit less its usage (-1: no limit)
+  // The smaller of the two that are known, or -1.
+  int64_t available() const;
+};
+
+HostMemory readHostMemory();
+
+// The host bytes the plan's run allocates: fp32 master weights, AdamW m and
+// v, the step's gradients where it keeps them, and the pinned staging.
+struct HostBill {
+  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0;
+  int64_t total() const { return masterWeights + adamMoments + gradients + pinnedStaging; }
+};
+llvm::Expected<HostBill> hostBill(const plan::Plan &plan);
+
+// Refuses, with the bill's parts and what the machine has, a plan whose host
+// bill is more than `mem` offers.
+llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem);
+
+} // namespace megac::runtime
