@@ -754,6 +754,8 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
   StepStats stats;
   const plan::Optimizer &o = plan_.optimizer();
   const bool keepGrads = o.clip() > 0 || microBatches.size() > 1;
+  auto weights = runtime::microBatchWeights(microBatches, plan_.ignore_index());
+  if (!weights) return weights.takeError();
   ++state_.step;
   if (keepGrads) {
     stepGrads_.assign(size_t(hostElements_), 0.0f);
@@ -771,17 +773,19 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
   }
   for (double &b : stats.laneBusy) b = 0;
   double lossSum = 0;
-  const float scale = keepGrads ? 1.0f / float(microBatches.size()) : 1.0f;
-  for (const auto &mb : microBatches) {
+  for (size_t k = 0; k < microBatches.size(); ++k) {
+    // Each micro-batch weighs its share of the step's counted targets.
+    const float w = keepGrads ? (*weights)[k] : 1.0f;
+    if (w == 0) continue;
     double loss = 0;
-    if (auto e = runMicroBatch(mb.first, mb.second, true, scale, lr, keepGrads ? &stepGrads_ : nullptr, loss,
-                               stats.laneBusy)) {
+    if (auto e = runMicroBatch(microBatches[k].first, microBatches[k].second, true, w, lr,
+                               keepGrads ? &stepGrads_ : nullptr, loss, stats.laneBusy)) {
       --state_.step;
       return std::move(e);
     }
-    lossSum += loss;
+    lossSum += double(w) * loss;
   }
-  stats.loss = lossSum / double(microBatches.size());
+  stats.loss = lossSum;
   ++timedSteps_;
   if (keepGrads) {
     float gradScale = 1.0f;

@@ -1,5 +1,7 @@
 #include "runtime/train/Data.h"
 
+#include <algorithm>
+
 #include "llvm/Support/MemoryBuffer.h"
 
 #include <cstring>
@@ -76,8 +78,27 @@ llvm::Expected<TokenData> TokenData::openText(const std::string &path, int64_t v
   return d;
 }
 
+llvm::Error TokenData::attachMask(const std::string &path) {
+  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
+  if (!buf) return err(path + ": cannot read: " + buf.getError().message());
+  if ((*buf)->getBufferSize() != tokens_.size())
+    return err(path + ": a loss mask has one byte per token: " + llvm::Twine((*buf)->getBufferSize()) + " bytes, " +
+               path_ + " has " + llvm::Twine(tokens_.size()) + " tokens");
+  llvm::StringRef b = (*buf)->getBuffer();
+  mask_.assign(b.bytes_begin(), b.bytes_end());
+  if (mask_.size() < 2 || std::none_of(mask_.begin() + 1, mask_.end(), [](uint8_t m) { return m != 0; }))
+    return err(path + ": the mask counts no token as a target");
+  maskPath_ = path;
+  return llvm::Error::success();
+}
+
 std::string TokenData::describe() const {
-  return path_ + ": " + std::to_string(tokens_.size()) + " tokens (" + format_ + ")";
+  std::string d = path_ + ": " + std::to_string(tokens_.size()) + " tokens (" + format_ + ")";
+  if (hasMask())
+    d += ", mask " + maskPath_ + " (" +
+         std::to_string(std::count_if(mask_.begin(), mask_.end(), [](uint8_t m) { return m != 0; })) +
+         " counted)";
+  return d;
 }
 
 // splitmix64: a good 64-bit mix, so window starts are independent of each other.
@@ -89,7 +110,7 @@ static uint64_t mix(uint64_t x) {
 }
 
 llvm::Error TokenData::batch(uint64_t seed, int64_t index, int64_t batchSize, int64_t seq, Tensor &tokens,
-                             Tensor &targets) const {
+                             Tensor &targets, int64_t ignoreIndex, int64_t *skipped) const {
   int64_t n = size();
   if (n < seq + 1)
     return err(path_ + ": " + llvm::Twine(n) + " tokens is shorter than one window of seq+1 = " +
@@ -97,12 +118,25 @@ llvm::Error TokenData::batch(uint64_t seed, int64_t index, int64_t batchSize, in
   tokens = Tensor(DType::I64, {batchSize, seq});
   targets = Tensor(DType::I64, {batchSize, seq});
   uint64_t windows = uint64_t(n - seq); // valid start positions
+  // A masked window with no counted target is drawn again, from its own
+  // sequence of draws: the batch still depends on (seed, index) alone.
+  constexpr int kMaxDraws = 1000;
   for (int64_t b = 0; b < batchSize; ++b) {
-    uint64_t start = mix(mix(seed) ^ uint64_t(index * batchSize + b)) % windows;
+    uint64_t slot = mix(mix(seed) ^ uint64_t(index * batchSize + b));
+    uint64_t start = slot % windows;
+    for (int draw = 1; hasMask(); ++draw) {
+      const uint8_t *m = mask_.data() + start + 1;
+      if (std::any_of(m, m + seq, [](uint8_t x) { return x != 0; })) break;
+      if (draw == kMaxDraws)
+        return err(maskPath_ + ": " + llvm::Twine(kMaxDraws) + " windows of seq " + llvm::Twine(seq) +
+                   " in a row hold no counted target: the mask is too sparse for this seq");
+      if (skipped) ++*skipped;
+      start = mix(slot ^ uint64_t(draw)) % windows;
+    }
     int64_t *t = tokens.data<int64_t>() + b * seq, *y = targets.data<int64_t>() + b * seq;
     for (int64_t s = 0; s < seq; ++s) {
       t[s] = tokens_[start + uint64_t(s)];
-      y[s] = tokens_[start + uint64_t(s) + 1];
+      y[s] = hasMask() && !mask_[start + uint64_t(s) + 1] ? ignoreIndex : int64_t(tokens_[start + uint64_t(s) + 1]);
     }
   }
   return llvm::Error::success();

@@ -47,6 +47,8 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
     if (opts.data.empty() && opts.text.empty()) return err("give training data: --data FILE, --text FILE, or --input/--targets");
     auto d = openData(opts.text.empty() ? opts.data : opts.text, !opts.text.empty(), plan.vocab());
     if (!d) return d.takeError();
+    if (!opts.mask.empty())
+      if (auto e = d->attachMask(opts.mask)) return std::move(e);
     if (d->size() < S + 1)
       return err(d->path() + ": " + llvm::Twine(d->size()) + " tokens is shorter than one window of seq+1 = " +
                  llvm::Twine(S + 1) + " tokens");
@@ -55,6 +57,8 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
   if (!opts.valData.empty()) {
     auto v = openData(opts.valData, opts.valIsText, plan.vocab());
     if (!v) return v.takeError();
+    if (!opts.valMask.empty())
+      if (auto e = v->attachMask(opts.valMask)) return std::move(e);
     val = std::move(*v);
   }
 
@@ -107,13 +111,15 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
   int64_t firstStep = info.step;
   for (int64_t step = info.step + 1; step <= opts.steps; ++step) {
     std::vector<std::pair<Tensor, Tensor>> mbs;
+    int64_t skipped = 0; // masked windows without a counted target, drawn again
     for (int64_t k = 0; k < accum; ++k) {
       if (opts.fixedTokens) {
         mbs.push_back({*opts.fixedTokens, *opts.fixedTargets});
         continue;
       }
       Tensor tok, tgt;
-      if (auto e = data->batch(info.seed, info.dataIndex++, B, S, tok, tgt)) return std::move(e);
+      if (auto e = data->batch(info.seed, info.dataIndex++, B, S, tok, tgt, plan.ignore_index(), &skipped))
+        return std::move(e);
       mbs.push_back({tok, tgt});
     }
     float lr = learningRate(o, step, opts.steps);
@@ -135,6 +141,7 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
                                    (long long)step, (long long)opts.steps, stats->loss, lr, tokensPerS,
                                    formatDuration(elapsed).c_str(), formatDuration(eta).c_str());
       if (stats->gradNorm >= 0) llvm::outs() << llvm::format("  grad_norm %.3f", stats->gradNorm);
+      if (skipped) llvm::outs() << "  skipped " << skipped << " window" << (skipped == 1 ? "" : "s") << " (no counted target)";
       if (stats->laneBusy[0] >= 0)
         llvm::outs() << llvm::format("  step %.3fs  busy s: h2d %.3f compute %.3f d2h %.3f cpu %.3f", stepSeconds, stats->laneBusy[0],
                                      stats->laneBusy[1], stats->laneBusy[2], stats->laneBusy[3]);
@@ -145,6 +152,7 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
       *log << "{\"step\": " << step << ", \"loss\": " << jsonNumber(stats->loss) << ", \"lr\": " << jsonNumber(lr)
            << ", \"tokens_per_s\": " << jsonNumber(tokensPerS) << ", \"elapsed_s\": " << jsonNumber(elapsed);
       if (stats->gradNorm >= 0) *log << ", \"grad_norm\": " << jsonNumber(stats->gradNorm);
+      if (skipped) *log << ", \"skipped_windows\": " << skipped;
       if (stats->laneBusy[0] >= 0) {
         *log << ", \"step_s\": " << jsonNumber(stepSeconds);
         const char *lanes[4] = {"h2d_busy_s", "compute_busy_s", "d2h_busy_s", "cpu_busy_s"};
@@ -154,15 +162,21 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
       log->flush();
     }
     if (val && opts.evalEvery > 0 && (step % opts.evalEvery == 0 || step == opts.steps)) {
-      double sum = 0;
-      for (int64_t k = 0; k < opts.evalBatches; ++k) {
-        Tensor tok, tgt;
-        if (auto e = val->batch(info.seed ^ 0x5EED, k, B, S, tok, tgt)) return std::move(e);
-        auto l = trainer.evalLoss(tok, tgt);
+      // The mean over every counted target of the held-out batches, as a step's loss is.
+      std::vector<std::pair<Tensor, Tensor>> batches(size_t(opts.evalBatches));
+      for (int64_t k = 0; k < opts.evalBatches; ++k)
+        if (auto e = val->batch(info.seed ^ 0x5EED, k, B, S, batches[size_t(k)].first, batches[size_t(k)].second,
+                                plan.ignore_index()))
+          return std::move(e);
+      auto weights = microBatchWeights(batches, plan.ignore_index());
+      if (!weights) return weights.takeError();
+      double vl = 0;
+      for (size_t k = 0; k < batches.size(); ++k) {
+        if ((*weights)[k] == 0) continue;
+        auto l = trainer.evalLoss(batches[k].first, batches[k].second);
         if (!l) return l.takeError();
-        sum += *l;
+        vl += double((*weights)[k]) * *l;
       }
-      double vl = sum / double(opts.evalBatches);
       if (!opts.quiet) llvm::outs() << llvm::format("step %6lld  val_loss %.4f\n", (long long)step, vl);
       if (log) *log << "{\"step\": " << step << ", \"val_loss\": " << jsonNumber(vl) << "}\n";
     }

@@ -12,7 +12,9 @@ namespace megac::runtime {
 struct TrainLoopOptions {
   int64_t steps = 0;             // total optimizer steps (a resumed run continues to it)
   std::string data, text;        // token file or text file
+  std::string mask;              // --mask: one uint8 per token of data, 0 = not a counted target
   std::string valData;           // held-out token file (same format as data)
+  std::string valMask;           // --val-mask: the same for valData
   bool valIsText = false;
   int64_t evalEvery = 0;
   int64_t evalBatches = 4;

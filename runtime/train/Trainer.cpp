@@ -228,10 +228,30 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
   return loss;
 }
 
+llvm::Expected<std::vector<float>> microBatchWeights(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                                     int64_t ignoreIndex) {
+  std::vector<int64_t> counted;
+  int64_t total = 0;
+  for (const auto &mb : microBatches) {
+    const Tensor &t = mb.second;
+    int64_t c = 0;
+    for (int64_t i = 0; i < t.numel(); ++i) c += int64_t(t.getAsDouble(i)) != ignoreIndex;
+    counted.push_back(c);
+    total += c;
+  }
+  if (total == 0)
+    return err("the step's targets are all the ignore index (" + llvm::Twine(ignoreIndex) + "): no token to train on");
+  std::vector<float> w;
+  for (int64_t c : counted) w.push_back(float(double(c) / double(total)));
+  return w;
+}
+
 llvm::Expected<StepStats> Trainer::step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) {
   StepStats stats;
   const plan::Optimizer &o = plan_.optimizer();
   bool keepGrads = o.clip() > 0 || microBatches.size() > 1;
+  auto weights = microBatchWeights(microBatches, plan_.ignore_index());
+  if (!weights) return weights.takeError();
   ++state_.step;
   if (!keepGrads) {
     auto loss = forwardBackward(microBatches[0].first, microBatches[0].second, 1.0f, nullptr, lr);
@@ -245,17 +265,18 @@ llvm::Expected<StepStats> Trainer::step(const std::vector<std::pair<Tensor, Tens
   // Keep the step's gradients (4 bytes per parameter) for the global norm
   // or the remaining micro-batches.
   std::vector<float> grads(size_t(hostElements_), 0.0f);
-  float scale = 1.0f / float(microBatches.size());
   double lossSum = 0;
-  for (const auto &mb : microBatches) {
-    auto loss = forwardBackward(mb.first, mb.second, scale, &grads, lr);
+  for (size_t k = 0; k < microBatches.size(); ++k) {
+    const float w = (*weights)[k];
+    if (w == 0) continue; // counts no target: nothing to add
+    auto loss = forwardBackward(microBatches[k].first, microBatches[k].second, w, &grads, lr);
     if (!loss) {
       --state_.step;
       return loss.takeError();
     }
-    lossSum += *loss;
+    lossSum += double(w) * *loss;
   }
-  stats.loss = lossSum / double(microBatches.size());
+  stats.loss = lossSum;
   float gradScale = 1.0f;
   if (o.clip() > 0) {
     double sq = 0;

@@ -29,6 +29,14 @@ struct StepStats {
   double laneBusy[4] = {-1, -1, -1, -1};
 };
 
+// The weight of each micro-batch in its step: the targets it counts (not the
+// plan's ignore index) over all the step's counted targets, so that the
+// step's loss and gradient are the mean over every counted token, however
+// the micro-batches split them (each micro-batch's loss is already the mean
+// over its own). Errors when the step counts no target at all.
+llvm::Expected<std::vector<float>> microBatchWeights(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                                     int64_t ignoreIndex);
+
 // The CPU backend; the CUDA runtime (runtime/cuda/CudaTrainer.h) derives from
 // it and keeps the host state and the optimizer's bookkeeping.
 class Trainer {

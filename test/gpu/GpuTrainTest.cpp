@@ -1,6 +1,7 @@
 // Training on the GPU against the CPU backend, on every fixture: the same
 // plan, the same weights and batch; per-step losses and every gradient.
 #include "GpuTrainerUtil.h"
+#include "../unit/TokenWeightedStep.h"
 #include "codegen/Compile.h"
 #include "runtime/cuda/CudnnAttention.h"
 #include "runtime/train/AdamW.h"
@@ -253,3 +254,15 @@ TEST(GpuTrainFusedAttention, GradientTakesTheRecomputedForwardFromTheStash) {
 }
 
 } // namespace
+
+// Micro-batches counting different numbers of targets: the CUDA runtime's
+// step weighs them by their counts, as the CPU backend does (TokenWeightedStep.h).
+TEST(GpuTokenWeightedStep, TwoMicroBatchesOfUnequalCountsMatchPyTorch) {
+  megac::testing::checkTokenWeightedStep(
+      [](const plan::Plan &p) {
+        cuda::CudaOptions o;
+        o.verbose = false;
+        return cuda::createCudaTrainer(p, o);
+      },
+      1e-4);
+}

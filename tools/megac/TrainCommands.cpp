@@ -93,7 +93,14 @@ static cl::opt<int64_t> Seed("seed", cl::desc("Seed for data sampling and --init
 static cl::opt<int64_t> Steps("steps", cl::desc("Total optimizer steps"), cl::init(0), RUN_SUBS);
 static cl::opt<std::string> Data("data", cl::desc("Token file (uint16/uint32, or llm.c .bin)"), RUN_SUBS);
 static cl::opt<std::string> Text("text", cl::desc("Text file read as bytes (byte-level models)"), RUN_SUBS);
+static cl::opt<std::string> Mask("mask",
+                                 cl::desc("Loss mask for --data: one uint8 per token, no header (0: the token is "
+                                          "not a counted target, as for an instruction's prompt); tools/prepare_data.py "
+                                          "writes it"),
+                                 cl::value_desc("FILE"), RUN_SUBS);
 static cl::opt<std::string> ValData("val-data", cl::desc("Held-out token file"), RUN_SUBS);
+static cl::opt<std::string> ValMask("val-mask", cl::desc("Loss mask for --val-data (as --mask)"),
+                                    cl::value_desc("FILE"), RUN_SUBS);
 static cl::opt<int64_t> EvalEvery("eval-every", cl::desc("Evaluate the held-out loss every K steps"), cl::init(0),
                                   RUN_SUBS);
 static cl::opt<std::string> InputIds("input", cl::desc("Fixed batch: input_ids (TensorProto)"), RUN_SUBS);
@@ -295,6 +302,11 @@ static int trainOnPlan(plan::Plan plan) {
   lo.data = Data;
   lo.text = Text;
   lo.valData = ValData;
+  lo.mask = Mask;
+  lo.valMask = ValMask;
+  if (!Mask.empty() && Data.empty())
+    return reportError(flagError("--mask goes with --data (a token file; --text and --input carry no mask)"));
+  if (!ValMask.empty() && ValData.empty()) return reportError(flagError("--val-mask goes with --val-data"));
   lo.valIsText = !Text.empty(); // held-out text when training on text
   lo.evalEvery = EvalEvery;
   if (EvalEvery.getNumOccurrences() && EvalEvery < 1)
