@@ -1,5 +1,7 @@
 #include "tools/megac/Driver.h"
 
+#include "runtime/plan/PlanIO.h"
+
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
@@ -8,7 +10,9 @@ using namespace megac::driver;
 
 int main(int argc, char **argv) {
   llvm::InitLLVM init(argc, argv);
-  llvm::cl::SetVersionPrinter([](llvm::raw_ostream &os) { os << "megac 0.1 (plan format 1)\n"; });
+  llvm::cl::SetVersionPrinter([](llvm::raw_ostream &os) {
+    os << "megac " << megac::plan::kMegacVersion << " (plan format " << megac::plan::kFormatVersion << ")\n";
+  });
   if (!llvm::cl::ParseCommandLineOptions(argc, argv,
                                          "megac: trains transformers far larger than GPU memory on one GPU\n"))
     return 2;
