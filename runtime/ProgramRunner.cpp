@@ -1,5 +1,7 @@
 #include "runtime/ProgramRunner.h"
 
+#include <cmath>
+
 #include "runtime/cpu/Kernel.h"
 
 namespace megac::runtime {
@@ -58,7 +60,17 @@ llvm::Expected<PreparedProgram> PreparedProgram::prepare(const plan::Program &p,
   return pp;
 }
 
-llvm::Expected<std::vector<Tensor>> PreparedProgram::run(const std::vector<Tensor> &args) const {
+// The first NaN or +Inf of a float tensor, or -1.
+static int64_t firstNanOrPosInf(const Tensor &t) {
+  if (!t.raw() || !isFloatType(t.dtype())) return -1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double x = t.getAsDouble(i);
+    if (std::isnan(x) || x == INFINITY) return i;
+  }
+  return -1;
+}
+
+llvm::Expected<std::vector<Tensor>> PreparedProgram::run(const std::vector<Tensor> &args, NonFiniteAt *check) const {
   if (args.size() != arguments_.size())
     return err(what_ + ": expected " + llvm::Twine(arguments_.size()) + " arguments, got " + llvm::Twine(args.size()));
   std::vector<Tensor> env(values_.size());
@@ -87,6 +99,16 @@ llvm::Expected<std::vector<Tensor>> PreparedProgram::run(const std::vector<Tenso
       }
     }
     if (auto e = cpu::runKernel(op.type, ctx)) return err(what_ + ": op '" + op.name + "': " + llvm::toString(std::move(e)));
+    for (size_t o = 0; check && o < op.outputs.size(); ++o) {
+      int64_t bad = op.outputs[o] < 0 ? -1 : firstNanOrPosInf(env[size_t(op.outputs[o])]);
+      if (bad < 0) continue;
+      *check = {op.name, op.type, env[size_t(op.outputs[o])].getAsDouble(bad), bad, int32_t(o), -1};
+      for (size_t i = 0; i < args.size() && check->argument < 0; ++i)
+        for (int32_t in : op.inputs)
+          if (in == arguments_[i] && firstNanOrPosInf(env[size_t(in)]) >= 0) check->argument = int32_t(i);
+      return err(what_ + ": op '" + op.name + "' (" + op.type + ") gives " + std::to_string(check->value) +
+                 " at element " + llvm::Twine(bad) + " of output " + llvm::Twine(o));
+    }
     for (int32_t in : op.inputs)
       if (in >= 0 && values_[size_t(in)].lastUse == int32_t(k) && !values_[size_t(in)].constant) env[size_t(in)] = Tensor();
   }

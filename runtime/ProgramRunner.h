@@ -13,8 +13,19 @@ class PreparedProgram {
 public:
   static llvm::Expected<PreparedProgram> prepare(const plan::Program &p, const std::string &what);
 
+  // Where a checked run first met a NaN or +Inf (-Inf is what masks hold).
+  struct NonFiniteAt {
+    std::string op, opType;
+    double value = 0;
+    int64_t element = 0;
+    int32_t output = 0;
+    int32_t argument = -1; // an input holding NaN/+Inf that is the program's argument number, or -1
+  };
+
   // Runs the program; `args` must match the program's arguments in order.
-  llvm::Expected<std::vector<Tensor>> run(const std::vector<Tensor> &args) const;
+  // With `check`, every op's outputs are checked, and the first NaN or +Inf
+  // stops the run with an error and fills *check.
+  llvm::Expected<std::vector<Tensor>> run(const std::vector<Tensor> &args, NonFiniteAt *check = nullptr) const;
 
   size_t numArguments() const { return arguments_.size(); }
 

@@ -1,5 +1,7 @@
 #include "runtime/cuda/CudaTrainer.h"
 
+#include "runtime/train/NonFinite.h"
+
 #include "runtime/cuda/AdamWKernels.h"
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuProgram.h"
@@ -145,6 +147,10 @@ private:
   int64_t jobsQueued_ = 0, jobsDone_ = 0;
   double cpuBusy_ = 0;
   std::string optimizerError_;
+  // A unit's gradients held NaN/Inf (the host check before its AdamW): what,
+  // and the units whose update this step had already applied.
+  std::string nonFinite_;
+  std::vector<std::string> updatedThisStep_;
   std::unique_ptr<OpTimer> timer_; // --op-profile
   int64_t timedSteps_ = 0;
 };
@@ -450,6 +456,23 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   const plan::Unit &unit = plan_.units(job.unit);
   const plan::WeightLayout &lay = layouts_[size_t(job.unit)];
   const uint8_t *base = staging_ + size_t(job.slot) * size_t(sched_->grad_slot_bytes());
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (!nonFinite_.empty()) return; // a unit before this one held NaN/Inf: no more updates this step
+  }
+  // Before any of this unit's parameters steps: its gradients must be finite.
+  if (!plan_.optimizer().no_finite_check())
+    for (int k = 0; k < unit.parameters_size(); ++k) {
+      const plan::Parameter &p = plan_.parameters(unit.parameters(k));
+      const float *g = reinterpret_cast<const float *>(base + lay.offsets[size_t(k)]);
+      int64_t bad = runtime::firstNonFinite(g, p.numel());
+      if (bad < 0) continue;
+      std::lock_guard<std::mutex> l(mu_);
+      nonFinite_ = "unit '" + unit.name() + "' backward: the gradient of '" + p.name() + "' holds " +
+                   std::to_string(g[bad]) + " at element " + std::to_string(bad) +
+                   "; its update and the rest of the step were stopped";
+      return;
+    }
   // Parameters of this unit alone are updated together: one split over the
   // threads for the whole unit. One core stays free for the thread that
   // launches the GPU's work.
@@ -483,6 +506,10 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   }
   if (!segments.empty())
     runtime::adamwUpdateSegments(segments, state_.step, h, 1.0f, std::max(1, cpu::numThreads() - 1));
+  if (!job.grads) {
+    std::lock_guard<std::mutex> l(mu_);
+    updatedThisStep_.push_back(unit.name());
+  }
 }
 
 void CudaTrainer::waitCpuEvent(int32_t e) {
@@ -495,6 +522,11 @@ llvm::Error CudaTrainer::drainOptimizer() {
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait(l, [&] { return jobsDone_ == jobsQueued_; });
   if (!optimizerError_.empty()) return err(optimizerError_);
+  if (!nonFinite_.empty()) {
+    std::string updated;
+    for (const std::string &u : updatedThisStep_) updated += (updated.empty() ? "unit '" : ", '") + u + "'";
+    return llvm::make_error<runtime::NonFiniteError>(nonFinite_, updated);
+  }
   return llvm::Error::success();
 }
 
@@ -770,6 +802,7 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
   {
     std::lock_guard<std::mutex> l(mu_);
     cpuBusy_ = 0;
+    updatedThisStep_.clear();
   }
   for (double &b : stats.laneBusy) b = 0;
   double lossSum = 0;

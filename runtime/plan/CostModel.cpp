@@ -324,6 +324,9 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
         w.amount = t.memoryBytes / r_.hbmBytesPerS;
       } else {
         w.amount = double(t.parameters) / r_.adamwParamsPerS;
+        // The gradients' NaN/Inf check before the update reads them once more:
+        // 4 of AdamW's 28 bytes a parameter.
+        if (!p_.optimizer().no_finite_check()) w.amount *= 1.0 + 4.0 / 28.0;
       }
       break;
     default: return err("schedule action of unknown kind " + llvm::Twine(int(a.kind())));

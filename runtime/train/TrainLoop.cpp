@@ -1,6 +1,7 @@
 #include "runtime/train/TrainLoop.h"
 
 #include "runtime/train/Schedule.h"
+#include "runtime/train/NonFinite.h"
 #include "runtime/train/Weights.h"
 
 #include "llvm/Support/Format.h"
@@ -33,6 +34,74 @@ static std::string jsonNumber(double v) {
 
 static llvm::Expected<TokenData> openData(const std::string &path, bool text, int64_t vocab) {
   return text ? TokenData::openText(path, vocab) : TokenData::openTokens(path, vocab);
+}
+
+// The micro-batches of one step: the fixed batch, or the next windows of the data.
+static llvm::Error drawStep(const plan::Plan &plan, const TrainLoopOptions &opts, const TokenData *data,
+                            uint64_t seed, int64_t &dataIndex, std::vector<std::pair<Tensor, Tensor>> &mbs,
+                            int64_t *skipped) {
+  const int64_t accum = std::max<int64_t>(plan.optimizer().grad_accum(), 1);
+  mbs.clear();
+  for (int64_t k = 0; k < accum; ++k) {
+    if (opts.fixedTokens) {
+      mbs.push_back({*opts.fixedTokens, *opts.fixedTargets});
+      continue;
+    }
+    Tensor tok, tgt;
+    if (auto e = data->batch(seed, dataIndex++, plan.batch(), plan.seq(), tok, tgt, plan.ignore_index(), skipped))
+      return e;
+    mbs.push_back({tok, tgt});
+  }
+  return llvm::Error::success();
+}
+
+// After a NaN/Inf in step `failed`: replays the run on the CPU backend from
+// the last checkpoint (or the initial weights) to that step, and re-runs the
+// step with every op checked, to name the op the value first appears in and
+// where it came from.
+static std::string diagnose(const plan::Plan &plan, const TrainLoopOptions &opts, const TokenData *data,
+                            const std::string &fromCheckpoint, int64_t failed) {
+  auto cpu = Trainer::create(plan);
+  if (!cpu) return "no diagnosis: " + llvm::toString(cpu.takeError());
+  CheckpointInfo start;
+  start.seed = opts.seed;
+  std::string origin;
+  if (!fromCheckpoint.empty()) {
+    auto ck = loadCheckpoint(fromCheckpoint, plan, (*cpu)->state());
+    if (!ck) return "no diagnosis: " + llvm::toString(ck.takeError());
+    start = *ck;
+    origin = "the checkpoint " + fromCheckpoint + " (step " + std::to_string(start.step) + ")";
+  } else {
+    auto w = loadInitialWeights(plan, (*cpu)->state(), {opts.weights, opts.init, opts.initMissing, opts.seed});
+    if (!w) return "no diagnosis: " + llvm::toString(w.takeError());
+    origin = opts.weights.empty() ? "the model's initial weights" : "the weights loaded from " + opts.weights;
+  }
+  llvm::outs() << "diagnosis: re-running step " << failed << " on the CPU backend, every op checked, from " << origin
+               << "\n";
+  llvm::outs().flush();
+  std::vector<std::pair<Tensor, Tensor>> mbs;
+  int64_t dataIndex = start.dataIndex;
+  for (int64_t step = start.step + 1; step < failed; ++step) {
+    if (auto e = drawStep(plan, opts, data, start.seed, dataIndex, mbs, nullptr))
+      return "no diagnosis: " + llvm::toString(std::move(e));
+    if (auto st = (*cpu)->step(mbs, learningRate(plan.optimizer(), step, opts.steps)); !st)
+      return "step " + std::to_string(step) + " of the replay: " + llvm::toString(st.takeError());
+  }
+  if (auto e = drawStep(plan, opts, data, start.seed, dataIndex, mbs, nullptr))
+    return "no diagnosis: " + llvm::toString(std::move(e));
+  for (const auto &mb : mbs) {
+    auto found = (*cpu)->diagnoseNonFinite(mb.first, mb.second);
+    if (!found) return "no diagnosis: " + llvm::toString(found.takeError());
+    if (found->empty()) continue;
+    std::string d = *found;
+    if (d.find("which holds it already: it came with the weights") != std::string::npos)
+      d += start.step + 1 == failed ? " (" + origin + ")" : " (an update of steps " + std::to_string(start.step + 1) +
+                                                               "-" + std::to_string(failed - 1) + ")";
+    return d;
+  }
+  return "the CPU backend's re-run of step " + std::to_string(failed) +
+         " gives no NaN or Inf: the value comes from the GPU's arithmetic (bf16 products overflow where fp32 does "
+         "not; try --compute fp32, or run the step with --device cpu --emulate-compute)";
 }
 
 llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoopOptions &opts) {
@@ -107,29 +176,40 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
   }
 
   std::vector<double> losses;
+  std::string lastCheckpoint = opts.resume; // where a replay of the run starts (empty: the initial weights)
+  // Where a NaN/Inf first appears: the CPU backend replays the step with every op checked.
+  auto nonFiniteHint = [&](int64_t step) {
+    if (trainer.device() == std::string("cpu")) return diagnose(plan, opts, data ? &*data : nullptr, lastCheckpoint, step);
+    return std::string("to find the op, replay this step on the CPU backend: megac run with the same flags and "
+                       "--device cpu") +
+           (lastCheckpoint.empty() ? std::string() : " --resume " + lastCheckpoint);
+  };
   auto t0 = std::chrono::steady_clock::now();
   int64_t firstStep = info.step;
   for (int64_t step = info.step + 1; step <= opts.steps; ++step) {
     std::vector<std::pair<Tensor, Tensor>> mbs;
     int64_t skipped = 0; // masked windows without a counted target, drawn again
-    for (int64_t k = 0; k < accum; ++k) {
-      if (opts.fixedTokens) {
-        mbs.push_back({*opts.fixedTokens, *opts.fixedTargets});
-        continue;
-      }
-      Tensor tok, tgt;
-      if (auto e = data->batch(info.seed, info.dataIndex++, B, S, tok, tgt, plan.ignore_index(), &skipped))
-        return std::move(e);
-      mbs.push_back({tok, tgt});
-    }
+    if (auto e = drawStep(plan, opts, data ? &*data : nullptr, info.seed, info.dataIndex, mbs, &skipped))
+      return std::move(e);
     float lr = learningRate(o, step, opts.steps);
     auto stepStart = std::chrono::steady_clock::now();
     auto stats = trainer.step(mbs, lr);
     double stepSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - stepStart).count();
-    if (!stats) return err("step " + llvm::Twine(step) + ": " + llvm::toString(stats.takeError()));
-    if (!std::isfinite(stats->loss))
-      return err("step " + llvm::Twine(step) + ": the loss is " + std::to_string(stats->loss) +
-                 "; stopping (lower --lr, or add --clip)");
+    if (!stats) {
+      std::string why;
+      bool nonFinite = false;
+      llvm::handleAllErrors(stats.takeError(), [&](const NonFiniteError &e) { why = e.message(), nonFinite = true; },
+                            [&](const llvm::ErrorInfoBase &e) { why = e.message(); });
+      if (nonFinite) {
+        llvm::outs() << "step " << step << ": " << why << "\n";
+        return err("step " + llvm::Twine(step) + ": NaN or Inf; " + nonFiniteHint(step));
+      }
+      return err("step " + llvm::Twine(step) + ": " + why);
+    }
+    if (!std::isfinite(stats->loss)) { // with --no-finite-check, found only here: the update has been applied
+      llvm::outs() << "step " << step << ": the loss is " << std::to_string(stats->loss) << "\n";
+      return err("step " + llvm::Twine(step) + ": NaN or Inf; " + nonFiniteHint(step));
+    }
     losses.push_back(stats->loss);
     info.step = step;
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -183,6 +263,7 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
     bool last = step == opts.steps;
     if (!opts.checkpointDir.empty() && ((opts.checkpointEvery > 0 && step % opts.checkpointEvery == 0) || last)) {
       if (auto e = saveCheckpoint(opts.checkpointDir, plan, trainer.currentState(), info)) return std::move(e);
+      lastCheckpoint = opts.checkpointDir;
       if (!opts.quiet) llvm::outs() << "checkpoint: " << opts.checkpointDir << " at step " << step << "\n";
     }
   }

@@ -1,6 +1,7 @@
 #include "runtime/train/Trainer.h"
 
 #include "runtime/train/HostMemory.h"
+#include "runtime/train/NonFinite.h"
 
 #include "runtime/cpu/Gemm.h"
 #include "runtime/plan/UnitPrograms.h"
@@ -112,8 +113,12 @@ llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, co
     // (after its outputs); only when there is a backward to hand them to.
     const bool keep = saved && unit.keep_activations();
     const size_t tid = size_t(unit.template_id());
-    auto outs = keep ? forwardKeep_.at(tid).run(args) : forward_[tid].run(args);
-    if (!outs) return err("unit '" + unit.name() + "': " + llvm::toString(outs.takeError()));
+    auto outs = keep ? forwardKeep_.at(tid).run(args, check_) : forward_[tid].run(args, check_);
+    if (!outs) {
+      checkUnit_ = u;
+      checkBackward_ = false;
+      return err("unit '" + unit.name() + "': " + llvm::toString(outs.takeError()));
+    }
     for (int k = 0; k < unit.activation_outputs_size(); ++k) acts[size_t(unit.activation_outputs(k))] = (*outs)[size_t(k)];
     if (keep) (*saved)[size_t(u)].assign(outs->begin() + unit.activation_outputs_size(), outs->end());
   }
@@ -159,6 +164,9 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
   auto acts = runForward(tokens, targets, &checkpoints, &saved);
   if (!acts) return acts.takeError();
   double loss = (*acts)[size_t(lossId_)].getAsDouble(0);
+  if (!std::isfinite(loss) && !plan_.optimizer().no_finite_check())
+    return llvm::make_error<NonFiniteError>("the loss is " + std::to_string(loss) + " (forward, before any update)",
+                                            "");
   std::vector<Tensor> gacts(acts->size());
   Tensor seed(DType(int(plan_.activations(lossId_).type().dtype())), {});
   seed.setFromDouble(0, lossScale);
@@ -183,9 +191,13 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
       args.push_back(g);
     }
     if (unit.keep_activations()) args.insert(args.end(), saved[size_t(u)].begin(), saved[size_t(u)].end());
-    auto res = unit.keep_activations() ? backwardKept_.at(size_t(unit.template_id())).run(args)
-                                       : backward_[size_t(unit.template_id())].run(args);
-    if (!res) return err("unit '" + unit.name() + "' backward: " + llvm::toString(res.takeError()));
+    auto res = unit.keep_activations() ? backwardKept_.at(size_t(unit.template_id())).run(args, check_)
+                                       : backward_[size_t(unit.template_id())].run(args, check_);
+    if (!res) {
+      checkUnit_ = u;
+      checkBackward_ = true;
+      return err("unit '" + unit.name() + "' backward: " + llvm::toString(res.takeError()));
+    }
     checkpoints[size_t(u)].clear();
     saved[size_t(u)].clear();
     size_t r = 0;
@@ -200,6 +212,22 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
         for (int64_t i = 0; i < acc.numel(); ++i) d[i] += s[i];
       }
     }
+    // Before any of this unit's parameters steps: its gradients must be finite.
+    if (!plan_.optimizer().no_finite_check())
+      for (int k = 0; k < unit.parameters_size(); ++k) {
+        const Tensor &g = (*res)[r + size_t(k)];
+        int64_t bad = firstNonFinite(g.data<float>(), g.numel());
+        if (bad < 0) continue;
+        std::string updated;
+        if (!grads)
+          for (int v = plan_.units_size() - 1; v > u; --v)
+            updated += (updated.empty() ? "unit '" : ", '") + plan_.units(v).name() + "'";
+        return llvm::make_error<NonFiniteError>(
+            "unit '" + unit.name() + "' backward: the gradient of '" + plan_.parameters(unit.parameters(k)).name() +
+                "' holds " + std::to_string(g.data<float>()[bad]) + " at element " + std::to_string(bad) +
+                "; its update and the rest of the step were stopped",
+            updated);
+      }
     for (int k = 0; k < unit.parameters_size(); ++k) {
       int32_t pid = unit.parameters(k);
       const plan::Parameter &p = plan_.parameters(pid);
@@ -226,6 +254,35 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
     for (int32_t a : unit.activation_outputs()) gacts[size_t(a)] = Tensor();
   }
   return loss;
+}
+
+llvm::Expected<std::string> Trainer::diagnoseNonFinite(const Tensor &tokens, const Tensor &targets) {
+  PreparedProgram::NonFiniteAt at;
+  at.op.clear();
+  check_ = &at;
+  checkUnit_ = -1;
+  std::vector<float> scratch(size_t(hostElements_), 0.0f); // gradients go here: nothing is updated
+  auto loss = Trainer::forwardBackward(tokens, targets, 1.0f, &scratch, 0.0f);
+  check_ = nullptr;
+  if (loss) return std::string();
+  std::string why = llvm::toString(loss.takeError());
+  if (at.op.empty() || checkUnit_ < 0) return why; // another failure: say it as it is
+  const plan::Unit &unit = plan_.units(checkUnit_);
+  // The program's arguments: the unit's activation inputs, its parameters,
+  // then (backward) the gradients of its outputs and its saved values.
+  std::string source = "finite inputs: the arithmetic overflows or divides by zero here (lower --lr, add --clip, "
+                       "or compile with --compute fp32)";
+  const int32_t a = at.argument, nIn = unit.activation_inputs_size(), nP = unit.parameters_size();
+  if (a >= 0 && a < nIn)
+    source = "the unit's input '" + plan_.activations(unit.activation_inputs(a)).name() + "', which holds it already";
+  else if (a >= nIn && a < nIn + nP)
+    source = "the weight '" + plan_.parameters(unit.parameters(a - nIn)).name() +
+             "', which holds it already: it came with the weights this step started from";
+  else if (a >= nIn + nP)
+    source = "the gradient arriving from the next unit";
+  return "unit '" + unit.name() + "' " + (checkBackward_ ? "backward" : "forward") + ", op '" + at.op + "' (" +
+         at.opType + ") gives " + std::to_string(at.value) + " at element " + std::to_string(at.element) +
+         " of its output " + std::to_string(at.output) + ", from " + source;
 }
 
 llvm::Expected<std::vector<float>> microBatchWeights(const std::vector<std::pair<Tensor, Tensor>> &microBatches,

@@ -76,6 +76,12 @@ public:
   // (host layout) when given, else each parameter is updated at once.
   virtual llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                  std::vector<float> *grads, float lr);
+  // Re-runs forward and backward of one micro-batch on the CPU backend with
+  // every op's outputs checked (nothing is updated), and describes the first
+  // op that gives NaN or +Inf: its unit, forward or backward, the op, and
+  // whether it made the value from finite inputs (the arithmetic) or read it
+  // from a weight. Empty when no op does.
+  llvm::Expected<std::string> diagnoseNonFinite(const Tensor &tokens, const Tensor &targets);
   // What the backend measured over the run beyond the step log (the CUDA op profile); nothing by default.
   virtual void report(llvm::raw_ostream &) const {}
 
@@ -106,6 +112,10 @@ private:
 
   std::vector<PreparedProgram> forward_, backward_;
   std::map<size_t, PreparedProgram> forwardKeep_, backwardKept_; // by template, where present
+  // diagnoseNonFinite: the programs check every op; where the first NaN/+Inf was met.
+  PreparedProgram::NonFiniteAt *check_ = nullptr;
+  int32_t checkUnit_ = -1;
+  bool checkBackward_ = false;
 };
 
 } // namespace megac::runtime

@@ -6,6 +6,7 @@
 #include "runtime/core/TensorFile.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/train/Checkpoint.h"
+#include "runtime/train/NonFinite.h"
 
 #include "onnx.pb.h"
 
@@ -385,23 +386,6 @@ static llvm::Expected<std::unique_ptr<WeightSource>> openCheckpoint(const std::s
     src->tensors.push_back(std::move(t));
   }
   return std::unique_ptr<WeightSource>(std::move(src));
-}
-
-int64_t firstNonFinite(const float *data, int64_t n) {
-  constexpr int64_t kChunk = 1 << 20;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<int64_t> first(size_t(chunks), -1);
-  cpu::parallelFor(chunks, kChunk, [&](int64_t c0, int64_t c1) {
-    for (int64_t c = c0; c < c1; ++c)
-      for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i)
-        if (!std::isfinite(data[i])) {
-          first[size_t(c)] = i;
-          break;
-        }
-  });
-  for (int64_t f : first)
-    if (f >= 0) return f;
-  return -1;
 }
 
 llvm::Expected<MatchedLoad> loadMatched(WeightSource &source, const std::vector<WantedTensor> &wanted,

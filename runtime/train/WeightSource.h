@@ -76,9 +76,6 @@ struct MatchedLoad {
 llvm::Expected<MatchedLoad> loadMatched(WeightSource &source, const std::vector<WantedTensor> &wanted,
                                         const std::vector<float *> &dsts, const NameMatchOptions &opts);
 
-// The first element of a loaded tensor that is NaN or infinite, or -1.
-int64_t firstNonFinite(const float *data, int64_t n);
-
 // "loaded 21 of 21 parameters (2.47 GB read from 2 files in 1.10 s, 2.25 GB/s)".
 std::string loadSummary(int32_t loaded, size_t total, const char *noun, const WeightReadStats &stats);
 

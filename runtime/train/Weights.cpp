@@ -3,6 +3,7 @@
 #include "runtime/core/Hash.h"
 #include "runtime/core/TensorFile.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/train/NonFinite.h"
 #include "runtime/train/WeightSource.h"
 
 #include "onnx.pb.h"

@@ -84,6 +84,11 @@ static cl::opt<float> Clip("clip", cl::desc("Clip the global gradient norm to th
                            cl::init(0.0f), OPT_SUBS);
 static cl::opt<int64_t> GradAccum("grad-accum", cl::desc("Micro-batches per optimizer step (default 1)"),
                                   cl::init(1), OPT_SUBS);
+static cl::opt<bool> NoFiniteCheck(
+    "no-finite-check",
+    cl::desc("Do not check each unit's gradients for NaN/Inf before its AdamW update (the check reads the "
+             "gradients once more; a NaN then reaches the weights)"),
+    OPT_SUBS);
 static cl::opt<int64_t> Seed("seed", cl::desc("Seed for data sampling and --init (default 0)"), cl::init(0),
                              OPT_SUBS);
 #undef OPT_SUBS
@@ -196,6 +201,7 @@ static llvm::Error applyOptimizerFlags(plan::Optimizer &o, bool all) {
     if (GradAccum < 1) return flagError("--grad-accum must be >= 1");
     o.set_grad_accum(GradAccum);
   }
+  if (given(NoFiniteCheck)) o.set_no_finite_check(NoFiniteCheck);
   if (given(Seed)) {
     if (Seed < 0) return flagError("--seed must be >= 0 (got " + llvm::Twine(Seed) + ")");
     o.set_seed(Seed);

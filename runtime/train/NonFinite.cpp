@@ -1,0 +1,39 @@
+#include "runtime/train/NonFinite.h"
+
+#include "runtime/cpu/Kernel.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+namespace megac::runtime {
+
+char NonFiniteError::ID = 0;
+
+void NonFiniteError::log(llvm::raw_ostream &os) const {
+  os << what_;
+  if (!updated_.empty())
+    os << "; the AdamW update of " << updated_
+       << " had already been applied in this step (their weights changed; the step is not checkpointed)";
+}
+
+int64_t firstNonFinite(const float *data, int64_t n) {
+  constexpr int64_t kChunk = 1 << 20;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<int64_t> first(size_t(chunks), -1);
+  cpu::parallelFor(chunks, kChunk, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t i = c * kChunk, e = std::min(n, i + kChunk); i < e; ++i)
+        if (!std::isfinite(data[i])) {
+          first[size_t(c)] = i;
+          break;
+        }
+  });
+  for (int64_t f : first)
+    if (f >= 0) return f;
+  return -1;
+}
+
+} // namespace megac::runtime

@@ -1,0 +1,31 @@
+#pragma once
+// Non-finite values in training: the check of each unit's gradients before
+// its AdamW update, and the error that carries what was found, so that the
+// training loop can tell it from other failures and diagnose the step.
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <string>
+
+namespace megac::runtime {
+
+// The first element of data[0..n) that is NaN or infinite, or -1 (on the
+// CPU's threads).
+int64_t firstNonFinite(const float *data, int64_t n);
+
+// A NaN or Inf in a step's loss or gradients. The message names what held
+// it; `updatedUnits` lists the units whose AdamW update this step already
+// applied (their weights changed before the value was found).
+class NonFiniteError : public llvm::ErrorInfo<NonFiniteError> {
+public:
+  static char ID;
+  NonFiniteError(std::string what, std::string updatedUnits) : what_(std::move(what)), updated_(std::move(updatedUnits)) {}
+  void log(llvm::raw_ostream &os) const override;
+  std::error_code convertToErrorCode() const override { return llvm::inconvertibleErrorCode(); }
+  const std::string &updatedUnits() const { return updated_; }
+
+private:
+  std::string what_, updated_;
+};
+
+} // namespace megac::runtime
