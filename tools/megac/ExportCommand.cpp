@@ -18,8 +18,11 @@ static cl::opt<std::string> CheckpointDir(cl::Positional, cl::desc("<checkpoint 
                                           cl::sub(exportCmd()));
 static cl::opt<std::string> OnnxOut("o", cl::desc("ONNX model to write, with the trained weights"),
                                     cl::value_desc("trained.onnx"), cl::sub(exportCmd()));
-static cl::opt<std::string> SafetensorsOut("safetensors", cl::desc("Also write the trained parameters as safetensors"),
-                                           cl::value_desc("file"), cl::sub(exportCmd()));
+static cl::opt<std::string> SafetensorsOut(
+    "safetensors",
+    cl::desc("Also write the trained parameters as one safetensors file under the graph's parameter names and "
+             "shapes (metadata format \"megac\"; for Hugging Face, use --hf)"),
+    cl::value_desc("file"), cl::sub(exportCmd()));
 static cl::opt<std::string> ModelPath("model", cl::desc("The model trained (default: the path the checkpoint records)"),
                                       cl::value_desc("model.onnx"), cl::sub(exportCmd()));
 static cl::opt<int64_t> ExternalDataAbove(
@@ -42,7 +45,7 @@ static llvm::Error runExportSteps() {
   if (!SafetensorsOut.empty()) {
     std::vector<NamedTensor> sorted = ckpt->params;
     std::sort(sorted.begin(), sorted.end(), [](const NamedTensor &a, const NamedTensor &b) { return a.name < b.name; });
-    auto bytes = serializeSafetensors(sorted, {{"format", "pt"}});
+    auto bytes = serializeSafetensors(sorted, {{"format", "megac"}});
     if (!bytes) return bytes.takeError();
     safetensors = std::move(*bytes);
   }
