@@ -47,8 +47,8 @@ static void writeJsonString(llvm::raw_ostream &os, llvm::StringRef s) {
   os << '"';
 }
 
-llvm::Expected<std::string> serializeSafetensors(const std::vector<NamedTensor> &tensors,
-                                                 const std::map<std::string, std::string> &metadata) {
+llvm::Expected<std::string> serializeSafetensorsHeader(const std::vector<SafetensorsEntry> &tensors,
+                                                       const std::map<std::string, std::string> &metadata) {
   std::string header;
   llvm::raw_string_ostream os(header);
   os << '{';
@@ -64,19 +64,21 @@ llvm::Expected<std::string> serializeSafetensors(const std::vector<NamedTensor> 
     os << '}';
     first = false;
   }
-  size_t offset = 0;
-  for (const NamedTensor &nt : tensors) {
-    const char *dt = safetensorsDType(nt.tensor.dtype());
-    if (!dt) return err("tensor '" + nt.name + "': element type " + dtypeName(nt.tensor.dtype()) +
+  uint64_t offset = 0;
+  for (const SafetensorsEntry &e : tensors) {
+    const char *dt = safetensorsDType(e.dtype);
+    if (!dt) return err("tensor '" + e.name + "': element type " + dtypeName(e.dtype) +
                         " has no safetensors equivalent");
-    if (nt.name == "__metadata__") return err("a tensor cannot be named '__metadata__' in safetensors");
+    if (e.name == "__metadata__") return err("a tensor cannot be named '__metadata__' in safetensors");
+    auto nbytes = checkedNbytes(e.shape, int64_t(dtypeSize(e.dtype)));
+    if (!nbytes) return err("tensor '" + e.name + "': shape " + shapeToString(e.shape) + " is too large");
     if (!first) os << ',';
     first = false;
-    writeJsonString(os, nt.name);
+    writeJsonString(os, e.name);
     os << ":{\"dtype\":\"" << dt << "\",\"shape\":[";
-    for (size_t i = 0; i < nt.tensor.shape().size(); ++i) os << (i ? "," : "") << nt.tensor.shape()[i];
-    os << "],\"data_offsets\":[" << offset << ',' << offset + nt.tensor.nbytes() << "]}";
-    offset += nt.tensor.nbytes();
+    for (size_t i = 0; i < e.shape.size(); ++i) os << (i ? "," : "") << e.shape[i];
+    os << "],\"data_offsets\":[" << offset << ',' << offset + uint64_t(*nbytes) << "]}";
+    offset += uint64_t(*nbytes);
   }
   os << '}';
   os.flush();
@@ -84,12 +86,30 @@ llvm::Expected<std::string> serializeSafetensors(const std::vector<NamedTensor> 
   // reference implementation does).
   header.append((8 - header.size() % 8) % 8, ' ');
   std::string out;
-  out.reserve(8 + header.size() + offset);
+  out.reserve(8 + header.size());
   uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
   out += header;
+  return out;
+}
+
+llvm::Expected<std::string> serializeSafetensors(const std::vector<NamedTensor> &tensors,
+                                                 const std::map<std::string, std::string> &metadata) {
+  std::vector<SafetensorsEntry> entries;
+  size_t data = 0;
+  for (const NamedTensor &nt : tensors) {
+    SafetensorsEntry e;
+    e.name = nt.name;
+    e.dtype = nt.tensor.dtype();
+    e.shape = nt.tensor.shape();
+    entries.push_back(std::move(e));
+    data += nt.tensor.nbytes();
+  }
+  auto out = serializeSafetensorsHeader(entries, metadata);
+  if (!out) return out.takeError();
+  out->reserve(out->size() + data);
   for (const NamedTensor &nt : tensors)
-    out.append(static_cast<const char *>(nt.tensor.raw()), nt.tensor.nbytes());
+    out->append(static_cast<const char *>(nt.tensor.raw()), nt.tensor.nbytes());
   return out;
 }
 

@@ -46,6 +46,13 @@ struct SafetensorsHeader {
 // The largest header megac reads (the format's own reader refuses past 100 MB).
 inline constexpr uint64_t kMaxSafetensorsHeader = 100ull << 20;
 
+// The bytes before the tensor data of a file holding `tensors` (name, dtype,
+// shape; their data one after another in this order): the 8-byte length and
+// the JSON header, padded with spaces so the data starts 8-byte aligned. For
+// writers that stream the data after it; serializeSafetensors uses it.
+llvm::Expected<std::string> serializeSafetensorsHeader(const std::vector<SafetensorsEntry> &tensors,
+                                                       const std::map<std::string, std::string> &metadata);
+
 // Reads and checks a safetensors file's header without reading its data:
 // the header's length against the file's, each tensor's dtype, shape and
 // data_offsets (the byte count its shape implies, inside the file, no two

@@ -22,7 +22,7 @@ MEGAC_SUBCOMMAND(compileCmd, "compile", "Import, differentiate and plan a model 
 MEGAC_SUBCOMMAND(runCmd, "run", "Train on a compiled plan")
 MEGAC_SUBCOMMAND(trainCmd, "train", "Compile and run in one command")
 MEGAC_SUBCOMMAND(planCmd, "plan", "Inspect a plan: memory, transfers, units and templates")
-MEGAC_SUBCOMMAND(exportCmd, "export", "Write trained weights from a checkpoint as ONNX (or safetensors)")
+MEGAC_SUBCOMMAND(exportCmd, "export", "Write trained weights from a checkpoint: ONNX, or a Hugging Face directory (--hf)")
 #undef MEGAC_SUBCOMMAND
 
 

@@ -139,7 +139,7 @@ def main():
 
     if a.safetensors:
         smeta, order, tensors = read_safetensors(a.safetensors)
-        assert smeta == {"format": "pt"}, smeta
+        assert smeta == {"format": "megac"}, smeta
         assert order == sorted(order), "not in name order"
         assert set(tensors) == set(params), set(tensors) ^ set(params)
         for name, arr in tensors.items():
