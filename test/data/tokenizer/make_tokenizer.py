@@ -1,14 +1,16 @@
-"""Makes the test tokenizer (run from the repo root: `python3 test/data/tokenizer/make_tokenizer.py`;
-deterministic: a second run rewrites both files byte for byte).
+"""Makes the test tokenizer (run from the repo root: `python3 test/data/tokenizer/make_tokenizer.py
+[OUT_DIR]`, OUT_DIR defaulting to this directory; deterministic: a second run rewrites both files
+byte for byte, with tokenizers 0.23.3 as tools/setup.sh pins it; lit prepare-data checks that).
 
 A byte-level BPE of 512 tokens trained with the `tokenizers` package on the GPL-3 text
 (/usr/share/common-licenses/GPL-3, Debian's base-files): ids 0-2 are the special tokens
 <|endoftext|> (eos, the separator of text documents), <|im_start|> and <|im_end|> (ChatML turns),
 3-258 the 256 bytes, the rest merges. tokenizer_config.json carries a ChatML chat template whose
 assistant turns are marked with {% generation %} (what `return_assistant_tokens_mask` reads);
-test/lit/Inputs/chatml-plain.jinja is the same template without the marks."""
+test/lit/Inputs/prepare-data/chatml-plain.jinja is the same template without the marks."""
 import json
 import os
+import sys
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -32,6 +34,7 @@ CHAT_TEMPLATE = (
 
 
 def main():
+    out = sys.argv[1] if len(sys.argv) > 1 else HERE
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
@@ -42,7 +45,7 @@ def main():
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train(["/usr/share/common-licenses/GPL-3"], trainer)
     assert tok.get_vocab_size(with_added_tokens=True) == 512
-    tok.save(os.path.join(HERE, "tokenizer.json"))
+    tok.save(os.path.join(out, "tokenizer.json"))
 
     config = {
         "tokenizer_class": "PreTrainedTokenizerFast",
@@ -56,7 +59,7 @@ def main():
                                       "single_word": False, "special": True} for t in SPECIAL},
         "chat_template": CHAT_TEMPLATE,
     }
-    with open(os.path.join(HERE, "tokenizer_config.json"), "w") as f:
+    with open(os.path.join(out, "tokenizer_config.json"), "w") as f:
         json.dump(config, f, indent=2)
         f.write("\n")
     print(f"tokenizer: {tok.get_vocab_size(True)} tokens, "
