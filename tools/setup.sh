@@ -12,3 +12,11 @@ if [ -n "$missing" ]; then
 fi
 # Test tooling only: onnx (to generate opset 18-23 node tests) and numpy.
 python3 -c 'import onnx, numpy' 2>/dev/null || python3 -m pip install -q onnx numpy
+# tools/prepare_data.py (and its lit tests): tokenizers, and transformers for chat templates
+# (with jinja2, which transformers leaves optional); no torch. Pinned; installed when any is
+# missing or at another version.
+pins="tokenizers==0.23.3 transformers==5.25.0 jinja2==3.1.6"
+python3 - $pins <<'EOF' 2>/dev/null || python3 -m pip install -q $pins
+import importlib.metadata as md, sys
+sys.exit(any(md.version(n) != v for n, v in (p.split("==") for p in sys.argv[1:])))
+EOF

@@ -13,6 +13,7 @@ config.substitutions.append(("%FileCheck", config.filecheck))
 config.substitutions.append(("%python", config.python))
 config.substitutions.append(("%data", os.path.join(config.megac_src_dir, "test", "data")))
 config.substitutions.append(("%inputs", os.path.join(os.path.dirname(__file__), "Inputs")))
+config.substitutions.append(("%tools", os.path.join(config.megac_src_dir, "tools")))
 config.environment["MEGAC_THREADS"] = "2"
 # `not` (expect failure), like FileCheck, comes from the LLVM tools directory.
 config.environment["PATH"] = config.environment["PATH"] + os.pathsep + os.path.dirname(config.filecheck)
