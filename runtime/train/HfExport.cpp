@@ -3,6 +3,7 @@
 #include "runtime/core/CheckedSize.h"
 #include "runtime/core/Safetensors.h"
 #include "runtime/train/Checkpoint.h"
+#include "runtime/train/NonFinite.h"
 #include "runtime/train/WeightSource.h"
 
 #include "llvm/ADT/StringExtras.h"
