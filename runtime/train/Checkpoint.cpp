@@ -11,7 +11,9 @@
 #include "llvm/Support/xxhash.h"
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <unistd.h>
@@ -136,6 +138,14 @@ static llvm::Error writeArray(const std::string &path, const std::vector<float> 
   return writeFileAtomically(path, llvm::StringRef(reinterpret_cast<const char *>(v.data()), v.size() * 4));
 }
 
+// Testing only: MEGAC_CHECKPOINT_CRASH_AT=STEP:STAGE kills the process with
+// SIGKILL (what `kill -9` sends) at that point of writing step STEP's
+// checkpoint, so that a test can stop a run at each point deterministically.
+static void crashPoint(int64_t step, const char *stage) {
+  static const char *at = std::getenv("MEGAC_CHECKPOINT_CRASH_AT");
+  if (at && std::string(at) == std::to_string(step) + ":" + stage) ::raise(SIGKILL);
+}
+
 // "step-N": N the digits after the prefix, or -1.
 static int64_t stepNumber(llvm::StringRef name) {
   if (!name.consume_front("step-") || name.empty() || name.size() > 18) return -1;
@@ -147,14 +157,40 @@ static int64_t stepNumber(llvm::StringRef name) {
   return n;
 }
 
+// Removes a directory tree; a symbolic link is removed, never what it points to.
+static void removeTree(const std::string &path) {
+  if (fs::is_symlink_file(path)) fs::remove(path);
+  else fs::remove_directories(path, /*IgnoreErrors=*/true);
+}
+
+// Puts the directory `from` at `to`, replacing a directory there (a step
+// written again) without a moment in which neither exists.
+static llvm::Error renameDirectory(const std::string &from, const std::string &to) {
+  if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_NOREPLACE) == 0) return llvm::Error::success();
+  if (errno == EEXIST || errno == ENOTEMPTY) {
+    // Swap the two atomically, then remove the old one (now at `from`).
+    if (::renameat2(AT_FDCWD, from.c_str(), AT_FDCWD, to.c_str(), RENAME_EXCHANGE) == 0) {
+      removeTree(from);
+      return llvm::Error::success();
+    }
+  }
+  if (errno != EINVAL && errno != ENOSYS && errno != EEXIST && errno != ENOTEMPTY)
+    return err(to + ": cannot rename into place: " + std::strerror(errno));
+  // A file system without renameat2's flags (NFS): remove, then rename.
+  removeTree(to);
+  if (auto ec = fs::rename(from, to)) return err(to + ": cannot rename into place: " + ec.message());
+  return llvm::Error::success();
+}
+
 llvm::Error saveCheckpoint(const std::string &dir, const plan::Plan &plan, const HostState &state,
                            const CheckpointInfo &info, int keep) {
   if (auto ec = fs::create_directories(dir)) return err(dir + ": cannot create: " + ec.message());
   char name[32];
   std::snprintf(name, sizeof name, "step-%08lld", static_cast<long long>(info.step));
   std::string final = join(dir, name), tmp = join(dir, std::string(".tmp-") + name);
-  fs::remove_directories(tmp);
+  removeTree(tmp);
   if (auto ec = fs::create_directories(tmp)) return err(tmp + ": cannot create: " + ec.message());
+  crashPoint(info.step, "dir");
   plan::CheckpointMeta meta;
   meta.set_format_version(kCheckpointVersion);
   meta.set_step(info.step);
@@ -189,22 +225,31 @@ llvm::Error saveCheckpoint(const std::string &dir, const plan::Plan &plan, const
   }
   for (int i = 0; i < 3; ++i) {
     if (auto e = writeArray(join(tmp, kArrayFiles[i]), *arrays[i])) return e;
+    crashPoint(info.step, kArrayFiles[i]);
   }
   if (auto e = writeFileAtomically(join(tmp, "checkpoint.meta"), encodeCheckpointMeta(meta))) return e;
+  crashPoint(info.step, "meta");
   if (auto e = fsyncDir(tmp)) return e;
-  fs::remove_directories(final);
-  if (auto ec = fs::rename(tmp, final)) return err(final + ": cannot rename into place: " + ec.message());
+  if (auto e = renameDirectory(tmp, final)) return e;
+  if (auto e = fsyncDir(dir)) return e; // the step directory is in place before `latest` names it
+  crashPoint(info.step, "rename");
   if (auto e = writeFileAtomically(join(dir, "latest"), std::string(name) + "\n")) return e;
   if (auto e = fsyncDir(dir)) return e;
-  // Keep the newest `keep` step directories.
-  std::vector<std::string> steps;
+  crashPoint(info.step, "latest");
+  // Keep the newest `keep` step directories, and always the one `latest`
+  // now names (a directory of a later step may be left from another run).
+  // Leftovers of interrupted writes go too.
+  std::vector<std::pair<int64_t, std::string>> steps;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) {
-    std::string base = std::string(llvm::sys::path::filename(it->path()));
-    if (llvm::StringRef(base).startswith("step-")) steps.push_back(it->path());
+    llvm::StringRef base = llvm::sys::path::filename(it->path());
+    int64_t n = stepNumber(base);
+    if (n >= 0 && n != info.step) steps.push_back({n, it->path()});
+    if (base.startswith(".tmp-step-") && base != llvm::sys::path::filename(tmp)) removeTree(it->path());
   }
   std::sort(steps.begin(), steps.end());
-  for (size_t i = 0; keep > 0 && i + size_t(keep) < steps.size(); ++i) fs::remove_directories(steps[i]);
+  for (size_t i = 0; keep > 0 && i + size_t(keep - 1) < steps.size(); ++i) removeTree(steps[i].second);
+  crashPoint(info.step, "cleanup");
   return llvm::Error::success();
 }
 

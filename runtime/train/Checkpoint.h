@@ -36,7 +36,7 @@ struct CheckpointInfo {
 };
 
 // Writes the state into dir/step-<step>/ and points dir/latest at it; keeps
-// the newest `keep` step directories.
+// the newest `keep` step directories (and always the one just written).
 llvm::Error saveCheckpoint(const std::string &dir, const plan::Plan &plan, const HostState &state,
                            const CheckpointInfo &info, int keep = 2);
 

@@ -1,6 +1,7 @@
 // Checkpoint format 2: checksums of the meta and the arrays, values checked
 // on load (finite; adam_v >= 0), `latest` kept inside its directory, format 1
-// still read.
+// still read, and the writer's bookkeeping (the step `latest` names survives,
+// a step written again is replaced whole, leftovers of killed writes go).
 #include "FixtureTestUtil.h"
 
 #include "runtime/core/TensorFile.h"
@@ -310,6 +311,77 @@ TEST(CheckpointVerify, LatestStaysInsideTheCheckpointDirectory) {
   EXPECT_EQ(resolveError(dir), "");
   EXPECT_EQ(loadError(dir, m), "");
   ASSERT_FALSE(bool(writeFileAtomically(latest, "step-00000002\n")));
+  EXPECT_EQ(loadError(dir, m), "");
+}
+
+// Stale step directories of a later step (another run's) do not push out
+// the one `latest` now names.
+TEST(CheckpointVerify, TheStepLatestNamesIsKept) {
+  std::string dir = tempDir();
+  Model m = makeModel();
+  save(dir, m, 10, 3);
+  save(dir, m, 20, 3);
+  save(dir, m, 30, 3);
+  save(dir, m, 5); // keep 2
+  EXPECT_EQ(testing::readFile(join(dir, "latest")), "step-00000005\n");
+  EXPECT_TRUE(fs::exists(join(dir, "step-00000005/params.f32")));
+  EXPECT_TRUE(fs::exists(join(dir, "step-00000030")));
+  EXPECT_FALSE(fs::exists(join(dir, "step-00000020")));
+  EXPECT_FALSE(fs::exists(join(dir, "step-00000010")));
+  runtime::HostState s = emptyLike(m.state);
+  auto info = runtime::loadCheckpoint(dir, m.plan, s);
+  ASSERT_TRUE(bool(info)) << llvm::toString(info.takeError());
+  EXPECT_EQ(info->step, 5);
+  // Steps past 99999999 sort by number, not by name.
+  save(dir, m, 100000000);
+  save(dir, m, 100000001);
+  EXPECT_TRUE(fs::exists(join(dir, "step-100000000")));
+  EXPECT_TRUE(fs::exists(join(dir, "step-100000001")));
+  EXPECT_FALSE(fs::exists(join(dir, "step-00000030")));
+}
+
+// A step written again replaces the old directory whole; a killed write's
+// temporary directory is removed by the next checkpoint.
+TEST(CheckpointVerify, RewritingAStepReplacesIt) {
+  std::string dir = tempDir();
+  Model m = makeModel();
+  save(dir, m, 4);
+  ASSERT_FALSE(bool(fs::create_directories(join(dir, ".tmp-step-00000006"))));
+  m.state.params[3] = 42.0f;
+  save(dir, m, 4);
+  runtime::HostState s = emptyLike(m.state);
+  auto info = runtime::loadCheckpoint(dir, m.plan, s);
+  ASSERT_TRUE(bool(info)) << llvm::toString(info.takeError());
+  EXPECT_EQ(s.params[3], 42.0f);
+  std::error_code ec;
+  int entries = 0;
+  for (fs::directory_iterator it(dir, ec), end; it != end && !ec; it.increment(ec)) {
+    ++entries;
+    EXPECT_TRUE(llvm::StringRef(it->path()).endswith("step-00000004") ||
+                llvm::StringRef(it->path()).endswith("latest"))
+        << it->path();
+  }
+  EXPECT_EQ(entries, 2);
+}
+
+// A step directory that is a link (to another run's step) is unlinked when
+// it is pruned or written again: what it points to stays.
+TEST(CheckpointVerify, PruningOrRewritingALinkedStepKeepsItsTarget) {
+  std::string root = tempDir(), dir = join(root, "ck"), other = join(root, "other");
+  Model m = makeModel();
+  save(other, m, 1);
+  save(other, m, 4);
+  ASSERT_FALSE(bool(fs::create_directories(dir)));
+  ASSERT_FALSE(bool(fs::create_link(join(other, "step-00000001"), join(dir, "step-00000001"))));
+  ASSERT_FALSE(bool(fs::create_link(join(other, "step-00000004"), join(dir, "step-00000004"))));
+  save(dir, m, 2);
+  save(dir, m, 3); // prunes the link step-00000001
+  EXPECT_FALSE(fs::exists(join(dir, "step-00000001")));
+  save(dir, m, 4); // replaces the link step-00000004
+  EXPECT_FALSE(fs::is_symlink_file(join(dir, "step-00000004")));
+  EXPECT_TRUE(fs::exists(join(other, "step-00000001/params.f32")));
+  EXPECT_TRUE(fs::exists(join(other, "step-00000004/params.f32")));
+  EXPECT_EQ(loadError(other, m), "");
   EXPECT_EQ(loadError(dir, m), "");
 }
 
