@@ -1,5 +1,9 @@
-"""megac's checkpoint files for tests, read and written without megac: a
-protobuf wire-format walker, the file header, and xxHash64 in Python.
+"""megac's plan and checkpoint files for tests, read and written without megac:
+a protobuf wire-format walker, the file headers, and xxHash64 in Python.
+
+Plan file (format 4 on): b"MEGACPLN", then version u32, CRC-32 of the payload
+u32, payload bytes u64 (little-endian), then the Plan message. Formats 1-3: the
+magic, then the Plan.
 
 checkpoint.meta (format 2 on): b"MEGACCKP", then version u32, payload bytes u32,
 xxHash64 of the payload u64, then the CheckpointMeta message. Format 1: the
@@ -8,6 +12,7 @@ is the xxHash64 of the little-endian xxHash64s of its chunks of
 checksum_chunk_bytes (field 14).
 """
 import struct
+import zlib
 
 # --- xxHash64 (the reference algorithm, as llvm::xxHash64 computes it) ---
 
@@ -159,6 +164,33 @@ def patch(msg, path, val):
 def drop(msg, numbers):
     """msg without the top-level fields numbered in `numbers`."""
     return b"".join(key + body for field, _, key, body in fields(msg) if field not in numbers)
+
+
+# --- plan files ---
+
+PLAN_MAGIC = b"MEGACPLN"
+
+
+def read_plan(path):
+    """(format version, payload); checks the header's size and CRC."""
+    data = open(path, "rb").read()
+    assert data[:8] == PLAN_MAGIC, "not a plan file"
+    if data[8] == 0x08:  # formats 1-3: no header
+        return read_varint(data, 9)[0], data[8:]
+    version, crc, size = struct.unpack_from("<IIQ", data, 8)
+    payload = data[24:]
+    assert size == len(payload), "truncated plan"
+    assert crc == zlib.crc32(payload), "plan checksum mismatch"
+    return version, payload
+
+
+def write_plan(path, payload, version, legacy=False):
+    """With legacy, the layout of formats 1-3 (no header)."""
+    if legacy:
+        data = PLAN_MAGIC + payload
+    else:
+        data = PLAN_MAGIC + struct.pack("<IIQ", version, zlib.crc32(payload), len(payload)) + payload
+    open(path, "wb").write(data)
 
 
 # --- checkpoints ---
