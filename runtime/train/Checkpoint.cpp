@@ -30,6 +30,8 @@ static constexpr char kMagic[8] = {'M', 'E', 'G', 'A', 'C', 'C', 'K', 'P'};
 // checkpoint.meta from format 2 on: the magic, then version (u32), payload
 // bytes (u32), xxHash64 of the payload (u64), little-endian; then the payload.
 static constexpr size_t kHeaderBytes = 16;
+// A header is told from the headerless format 1 by its first byte.
+static_assert((kCheckpointVersion & 0xff) != 0x08, "a header's first byte must differ from format 1's (0x08)");
 // The array checksums' chunk: small enough that a chunk copied on load is
 // still in cache when it is hashed, and that 100 GB make 25k tasks.
 static constexpr uint64_t kChecksumChunkBytes = 4 << 20;
