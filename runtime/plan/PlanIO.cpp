@@ -4,9 +4,11 @@
 #include "runtime/plan/PlanChecker.h"
 
 
+#include "llvm/Support/CRC.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Regex.h"
 
+#include <cstdio>
 #include <cstring>
 
 namespace megac::plan {
@@ -15,13 +17,41 @@ static llvm::Error err(const llvm::Twine &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
 }
 
-// A plan file: the magic "MEGACPLN", then the serialized Plan message.
 static constexpr char kMagic[8] = {'M', 'E', 'G', 'A', 'C', 'P', 'L', 'N'};
+static constexpr size_t kHeaderBytes = 16; // version u32, CRC-32 u32, payload bytes u64
+// A header is told from the headerless formats 1-3 by its first byte.
+static_assert((kFormatVersion & 0xff) != 0x08, "a header's first byte must differ from a headerless plan's (0x08)");
+
+static void putLE(std::string &out, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
+}
+
+static uint64_t getLE(const char *p, int bytes) {
+  uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
+  return v;
+}
+
+static uint32_t crc32Of(llvm::StringRef s) {
+  return llvm::crc32(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(s.data()), s.size()));
+}
+
+static constexpr const char *kRecompile = "recompile the model with megac compile";
 
 llvm::Error writePlan(const Plan &p, const std::string &path) {
+  std::string payload;
+  if (!p.SerializeToString(&payload)) return err(path + ": cannot serialize the plan");
   std::string bytes(kMagic, sizeof kMagic);
-  if (!p.AppendToString(&bytes)) return err(path + ": cannot serialize the plan");
+  putLE(bytes, p.format_version(), 4);
+  putLE(bytes, crc32Of(payload), 4);
+  putLE(bytes, payload.size(), 8);
+  bytes += payload;
   return writeFileAtomically(path, bytes);
+}
+
+static llvm::Error otherVersion(const std::string &path, uint32_t version, const std::string &megacVersion) {
+  return err(path + ": plan format version " + llvm::Twine(version) + " (megac " + megacVersion +
+             "); this megac reads version " + llvm::Twine(kFormatVersion) + ": " + kRecompile);
 }
 
 llvm::Expected<Plan> readPlan(const std::string &path) {
@@ -32,10 +62,37 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
     return err(path + ": not a megac plan file");
   data = data.drop_front(sizeof kMagic);
   Plan p;
+  // Formats 1-3: the Plan right after the magic; its first field is
+  // format_version (key 0x08). A header starts with its version, 4 or more.
+  if (!data.empty() && data[0] == 0x08) {
+    if (!parseWholeMessage(data, p)) return err(path + ": the plan is truncated or corrupt");
+    if (p.format_version() >= kFormatVersion)
+      return err(path + ": the plan is truncated or corrupt (format version " + llvm::Twine(p.format_version()) +
+                 " without its header); " + kRecompile);
+    return otherVersion(path, p.format_version(), p.megac_version());
+  }
+  if (data.size() < kHeaderBytes) return err(path + ": the plan is truncated or corrupt (a header of " +
+                                             llvm::Twine(data.size()) + " bytes); " + kRecompile);
+  const uint32_t version = uint32_t(getLE(data.data(), 4)), crc = uint32_t(getLE(data.data() + 4, 4));
+  const uint64_t size = getLE(data.data() + 8, 8);
+  data = data.drop_front(kHeaderBytes);
+  if (version != kFormatVersion) {
+    // Name the megac that wrote it where the payload still parses.
+    std::string writer = parseWholeMessage(data, p) ? p.megac_version() : std::string("?");
+    return otherVersion(path, version, writer);
+  }
+  if (size != data.size())
+    return err(path + ": the plan is truncated or corrupt (its header says " + llvm::Twine(size) +
+               " bytes follow, the file has " + llvm::Twine(data.size()) + "); " + kRecompile);
+  if (uint32_t c = crc32Of(data); c != crc) {
+    char detail[64];
+    std::snprintf(detail, sizeof detail, " (CRC-32 %08x, the header records %08x)", c, crc);
+    return err(path + ": corrupt: checksum mismatch" + detail + "; " + kRecompile);
+  }
   if (!parseWholeMessage(data, p)) return err(path + ": the plan is truncated or corrupt");
-  if (p.format_version() != kFormatVersion)
-    return err(path + ": plan format version " + llvm::Twine(p.format_version()) + " (megac " + p.megac_version() +
-               "); this megac reads version " + llvm::Twine(kFormatVersion) + ": recompile the model with megac compile");
+  if (p.format_version() != version)
+    return err(path + ": the plan is truncated or corrupt (format version " + llvm::Twine(p.format_version()) +
+               " under a header of version " + llvm::Twine(version) + "); " + kRecompile);
   if (p.has_schedule())
     if (auto e = checkPlan(p)) return err(path + ": " + llvm::toString(std::move(e)));
   return p;

@@ -10,11 +10,18 @@
 namespace megac::plan {
 
 // Bumped whenever the format changes incompatibly.
-inline constexpr uint32_t kFormatVersion = 3; // 2: device memory plan, stream schedule, unit-blocked host layout; 3: tied parameters marked
+// 2: device memory plan, stream schedule, unit-blocked host layout; 3: tied
+// parameters marked; 4: a header with the payload's size and CRC-32.
+inline constexpr uint32_t kFormatVersion = 4;
 inline constexpr const char *kMegacVersion = "0.1";
 
+// A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the
+// format version (u32), the CRC-32 of the payload (u32) and the payload's
+// size in bytes (u64), little-endian; then the payload, the serialized Plan.
+// Formats 1-3 had no header: the magic, then the Plan.
 llvm::Error writePlan(const Plan &p, const std::string &path);
-// Refuses files that are not plans or were written by another format version.
+// Refuses files that are not plans, were written by another format version,
+// or whose payload does not match its checksum.
 llvm::Expected<Plan> readPlan(const std::string &path);
 
 // Sets each parameter's weight-decay flag from the optimizer's no_decay

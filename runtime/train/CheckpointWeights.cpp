@@ -21,15 +21,12 @@ llvm::Expected<CheckpointWeights> readCheckpointWeights(const std::string &dir) 
   w.meta = std::move(*meta);
   int64_t elements = w.meta.host_elements();
   if (elements < 0) return err(w.stepDir + ": corrupt checkpoint metadata (negative size)");
-  auto array = readCheckpointArray(w.stepDir, "params.f32", elements);
-  if (!array) return array.takeError();
   std::set<std::string> seen;
   for (const auto &p : w.meta.params()) {
     if (!seen.insert(p.name()).second)
       return err(w.stepDir + ": corrupt checkpoint metadata (parameter '" + p.name() + "' listed twice)");
-    Shape shape(p.shape().begin(), p.shape().end());
     int64_t n = 1;
-    for (int64_t d : shape) {
+    for (int64_t d : p.shape()) {
       if (d < 0 || (d > 0 && n > elements / d))
         return err(w.stepDir + ": corrupt checkpoint metadata (parameter '" + p.name() + "' has a bad shape)");
       n *= d;
@@ -37,8 +34,14 @@ llvm::Expected<CheckpointWeights> readCheckpointWeights(const std::string &dir) 
     if (p.host_offset() < 0 || p.host_offset() > elements - n)
       return err(w.stepDir + ": corrupt checkpoint metadata (parameter '" + p.name() +
                  "' lies outside params.f32)");
+  }
+  // Verified (checksum; every parameter finite) as it is read.
+  auto array = readCheckpointArray(w.stepDir, w.meta, "params.f32");
+  if (!array) return array.takeError();
+  for (const auto &p : w.meta.params()) {
+    Shape shape(p.shape().begin(), p.shape().end());
     Tensor t(DType::F32, shape);
-    std::memcpy(t.raw(), array->data() + p.host_offset(), size_t(n) * 4);
+    std::memcpy(t.raw(), array->data() + p.host_offset(), t.nbytes());
     w.params.push_back({p.name(), std::move(t)});
   }
   return w;

@@ -138,7 +138,14 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
   info.microBatchesPerStep = accum;
   info.optimizer = o;
   if (!opts.resume.empty()) {
-    auto ck = loadCheckpoint(opts.resume, plan, state);
+    // A step past --steps is refused before the arrays are read.
+    auto pastSteps = [&](const CheckpointInfo &c) -> llvm::Error {
+      if (c.step <= opts.steps) return llvm::Error::success();
+      return err(opts.resume + ": the checkpoint is at step " + llvm::Twine(c.step) + ", past --steps " +
+                 llvm::Twine(opts.steps) + " (--steps counts from the start of the run: give more than " +
+                 llvm::Twine(c.step) + " to train on from it)");
+    };
+    auto ck = loadCheckpoint(opts.resume, plan, state, pastSteps);
     if (!ck) return ck.takeError();
     info.step = ck->step;
     info.seed = ck->seed;
@@ -147,7 +154,7 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
     info.weightNames = ck->weightNames;
     if (!opts.quiet)
       llvm::outs() << "resumed from " << opts.resume << " at step " << ck->step << " of " << opts.steps << "\n";
-    if (ck->step >= opts.steps) {
+    if (ck->step == opts.steps) {
       llvm::outs() << "nothing to do: the checkpoint is at step " << ck->step << ", --steps is " << opts.steps << "\n";
       return std::vector<double>{};
     }

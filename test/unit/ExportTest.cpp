@@ -373,10 +373,11 @@ TEST_F(ExportErrors, BadCheckpoints) {
   ASSERT_FALSE(bool(writeFileAtomically(join(*step, "checkpoint.meta"), "not a checkpoint")));
   fails(ck, "not a megac checkpoint");
   // A parameter whose offset lies past the array.
-  plan::CheckpointMeta pm;
-  ASSERT_TRUE(pm.ParseFromString(meta.substr(8)));
+  auto decoded = runtime::decodeCheckpointMeta(meta, "checkpoint.meta");
+  ASSERT_TRUE(bool(decoded));
+  plan::CheckpointMeta pm = *decoded;
   pm.mutable_params(0)->set_host_offset(pm.host_elements());
-  ASSERT_FALSE(bool(writeFileAtomically(join(*step, "checkpoint.meta"), meta.substr(0, 8) + pm.SerializeAsString())));
+  ASSERT_FALSE(bool(writeFileAtomically(join(*step, "checkpoint.meta"), runtime::encodeCheckpointMeta(pm))));
   fails(ck, "lies outside params.f32");
   // `latest` names a step that is gone.
   ASSERT_FALSE(bool(writeFileAtomically(join(ck, "latest"), "step-00000099\n")));

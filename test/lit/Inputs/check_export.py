@@ -46,8 +46,10 @@ def fields(buf):
 def read_checkpoint(step_dir):
     data = open(os.path.join(step_dir, "checkpoint.meta"), "rb").read()
     assert data[:8] == b"MEGACCKP", "bad magic"
+    # Format 1: the message after the magic; 2 on: a 16-byte header between.
+    payload = data[8:] if data[8] == 0x08 else data[24:]
     meta = {"params": []}
-    for num, wt, v in fields(data[8:]):
+    for num, wt, v in fields(payload):
         if num == 2 and wt == 0:
             meta["step"] = v
         elif num == 6:

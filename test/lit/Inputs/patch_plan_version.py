@@ -1,13 +1,12 @@
-# Rewrites a megac plan file's format_version: the file is the 8-byte magic
-# "MEGACPLN" followed by a megac.plan.Plan proto whose field 1 (varint) is
-# format_version. Usage: patch_plan_version.py IN OUT VERSION (VERSION < 128).
+# Rewrites a megac plan file's format version (its header's and the Plan's
+# field 1, format_version), resealing the checksum (megac_files.py).
+# Usage: patch_plan_version.py IN OUT VERSION [--legacy]; --legacy writes the
+# layout of formats 1-3 (the magic, then the Plan; no header).
 import sys
 
-data = bytearray(open(sys.argv[1], "rb").read())
-assert data[:8] == b"MEGACPLN", "not a plan file"
-assert data[8] == 0x08, "field 1 (varint) is not first"
-assert data[9] < 0x80, "version takes more than one varint byte"
+import megac_files as mf
+
+_, payload = mf.read_plan(sys.argv[1])
 version = int(sys.argv[3])
-assert 0 <= version < 128
-data[9] = version
-open(sys.argv[2], "wb").write(bytes(data))
+assert version >= 0
+mf.write_plan(sys.argv[2], mf.patch(payload, [1], version), version, legacy="--legacy" in sys.argv[4:])
