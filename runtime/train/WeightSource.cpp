@@ -361,6 +361,8 @@ static llvm::Expected<std::unique_ptr<WeightSource>> openCheckpoint(const std::s
   if (!stepDir) return stepDir.takeError();
   auto meta = readCheckpointMeta(*stepDir);
   if (!meta) return meta.takeError();
+  // The parameters' checksum and finiteness, before any of them is used.
+  if (auto e = verifyCheckpointParams(*stepDir, *meta)) return std::move(e);
   auto src = std::make_unique<CheckpointSource>();
   src->given = given;
   src->format = WeightFormat::MegacCheckpoint;

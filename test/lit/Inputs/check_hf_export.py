@@ -26,6 +26,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(__file__))
 from check_export import fields, read_checkpoint  # noqa: E402
+import megac_files  # noqa: E402  (the checkpoint file format)
 
 
 def read_header(path):
@@ -70,9 +71,10 @@ def read_dir(d):
 
 def recorded_names(step_dir):
     """parameter -> the tensor name recorded at load (CheckpointMeta.weight_names)."""
-    data = open(os.path.join(step_dir, "checkpoint.meta"), "rb").read()
+    _, payload, ok = megac_files.read_meta(os.path.join(step_dir, "checkpoint.meta"))
+    assert ok, step_dir + ": checkpoint.meta fails its own checksum"
     out = {}
-    for num, wt, v in fields(data[8:]):
+    for num, wt, v in fields(payload):
         if num == 12:
             kv = {pn: pv.decode() for pn, _, pv in fields(v)}
             out[kv[1]] = kv[2]
