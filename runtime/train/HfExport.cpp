@@ -484,7 +484,7 @@ llvm::Expected<HfExportPlan> planHfExport(const HfExportOptions &opts) {
       std::string why;
       if (chain.kind == "missing")
         why = "the weights' source " + chain.source + " is not there (" + chain.missingWhy +
-              "; a relative path is as megac run was given it)";
+              ")";
       else if (chain.source.empty())
         why = "its weights came from the model file, not from a Hugging Face directory";
       else

@@ -74,7 +74,9 @@ static llvm::Expected<LoadedWeights> loadFromSource(const plan::Plan &plan, Host
   const NameMatch *match = &load->match;
 
   LoadedWeights out;
-  out.source = opts.weightsPath;
+  llvm::SmallString<256> absolute(opts.weightsPath); // recorded in checkpoints: valid from any directory
+  llvm::sys::fs::make_absolute(absolute);
+  out.source = std::string(absolute);
   out.report.push_back("weights: " + opts.weightsPath + " (" + s.describe() + ")");
   for (const std::string &n : match->notes) out.report.push_back("weights: " + n);
   for (int i = 0; i < plan.parameters_size(); ++i)
