@@ -55,6 +55,16 @@ def onnx_regressions():
     write("onnx_import", "constant_value_dims_2e38_bytes_256.onnx", const)
 
 
+def clip_regressions():
+    # Clip-6's float min attribute becomes a constant of x's type (boundLike): -1 into uint8 is a
+    # float-to-integer conversion out of range (UB) in Tensor::setFromDouble.
+    g = helper.make_graph([helper.make_node("Clip", ["x"], ["y"], min=-1.0)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.UINT8, [2])],
+                          [helper.make_tensor_value_info("y", TensorProto.UINT8, [2])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 6)], ir_version=3)
+    write("onnx_import", "clip6_min_minus_1_on_uint8.onnx", m.SerializeToString())
+
+
 def dataless_regressions():
     # A data-less weight (a graph input, as shapes-only exports write weights) of [2^61+8, 8]:
     # nothing is allocated at import, then classify-params' numElements overflows int64.
@@ -109,6 +119,7 @@ def plan_regressions(pb):
 def main():
     onnx_regressions()
     dataless_regressions()
+    clip_regressions()
     token_regressions()
     with tempfile.TemporaryDirectory() as tmp:
         pb = plan_pb2(tmp)
