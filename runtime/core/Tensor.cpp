@@ -1,7 +1,9 @@
 #include "runtime/core/Tensor.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 
 namespace megac {
 
@@ -86,21 +88,30 @@ int64_t Tensor::getAsInt(int64_t i) const {
   }
 }
 
+// A double into an integer type, saturating (C++ leaves an out-of-range
+// conversion undefined; a Clip-6 bound of -1 on uint8 means 0).
+template <class T> static T saturate(double v) {
+  if (std::isnan(v)) return T(0);
+  if (v <= double(std::numeric_limits<T>::lowest())) return std::numeric_limits<T>::lowest();
+  if (v >= double(std::numeric_limits<T>::max())) return std::numeric_limits<T>::max();
+  return T(v);
+}
+
 void Tensor::setFromDouble(int64_t i, double v) {
   switch (dtype_) {
   case DType::F32: data<float>()[i] = float(v); break;
   case DType::F64: data<double>()[i] = v; break;
   case DType::F16: data<uint16_t>()[i] = floatToHalf(float(v)); break;
   case DType::BF16: data<uint16_t>()[i] = floatToBf16(float(v)); break;
-  case DType::I8: data<int8_t>()[i] = int8_t(v); break;
-  case DType::I16: data<int16_t>()[i] = int16_t(v); break;
-  case DType::I32: data<int32_t>()[i] = int32_t(v); break;
-  case DType::I64: data<int64_t>()[i] = int64_t(v); break;
-  case DType::U8: data<uint8_t>()[i] = uint8_t(v); break;
+  case DType::I8: data<int8_t>()[i] = saturate<int8_t>(v); break;
+  case DType::I16: data<int16_t>()[i] = saturate<int16_t>(v); break;
+  case DType::I32: data<int32_t>()[i] = saturate<int32_t>(v); break;
+  case DType::I64: data<int64_t>()[i] = saturate<int64_t>(v); break;
+  case DType::U8: data<uint8_t>()[i] = saturate<uint8_t>(v); break;
   case DType::Bool: data<uint8_t>()[i] = v != 0; break;
-  case DType::U16: data<uint16_t>()[i] = uint16_t(v); break;
-  case DType::U32: data<uint32_t>()[i] = uint32_t(v); break;
-  case DType::U64: data<uint64_t>()[i] = uint64_t(v); break;
+  case DType::U16: data<uint16_t>()[i] = saturate<uint16_t>(v); break;
+  case DType::U32: data<uint32_t>()[i] = saturate<uint32_t>(v); break;
+  case DType::U64: data<uint64_t>()[i] = saturate<uint64_t>(v); break;
   default: break;
   }
 }

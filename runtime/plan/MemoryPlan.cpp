@@ -1,5 +1,7 @@
 #include "runtime/plan/MemoryPlan.h"
 
+#include "runtime/core/CheckedSize.h"
+
 #include <algorithm>
 #include <numeric>
 
@@ -12,12 +14,9 @@ static llvm::Error err(const llvm::Twine &m) {
 int64_t typeBytes(const TensorType &t) {
   size_t elem = dtypeSize(megac::DType(int(t.dtype())));
   if (elem == 0) return -1;
-  int64_t n = 1;
-  for (int64_t d : t.shape()) {
-    if (d < 0) return -1;
-    n *= d;
-  }
-  return n * int64_t(elem);
+  // Shapes come from the plan file: past 2^62 bytes is no tensor (and no sum of them wraps).
+  auto n = checkedNbytes(t.shape(), int64_t(elem), int64_t(1) << 62);
+  return n ? *n : -1;
 }
 
 bool isViewOp(llvm::StringRef t) {
@@ -46,7 +45,7 @@ llvm::Expected<std::vector<ValueLife>> computeLifetimes(const Program &p) {
         return err("op " + llvm::Twine(k) + " (" + op.type() + ") writes " + name(out) + ", an argument or constant");
       if (l.def >= 0) return err("value " + name(out) + " is written by ops " + llvm::Twine(l.def) + " and " + llvm::Twine(k));
       int64_t bytes = typeBytes(p.values(out).type());
-      if (bytes < 0) return err("value " + name(out) + " has no size (undefined dtype or negative dimension)");
+      if (bytes < 0) return err("value " + name(out) + " has no size (undefined dtype, a negative dimension, or more than 2^62 bytes)");
       l.def = k;
       l.inArena = true;
       l.bytes = alignUp(bytes);
