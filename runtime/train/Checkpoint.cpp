@@ -389,9 +389,10 @@ llvm::Error verifyCheckpointArray(const std::string &stepDir, const plan::Checkp
   auto buf = llvm::MemoryBuffer::getFile(path, false, false);
   if (!buf) return err(path + ": cannot read: " + buf.getError().message());
   const uint64_t size = (*buf)->getBufferSize();
-  if (size != uint64_t(elements) * 4)
-    return err(path + ": has " + llvm::Twine(size) + " bytes, expected " + llvm::Twine(uint64_t(elements) * 4) +
-               " (truncated?)");
+  const auto expected = checkedMul(elements, 4);
+  if (!expected) return err(stepDir + ": corrupt checkpoint metadata (" + llvm::Twine(elements) + " elements)");
+  if (size != uint64_t(*expected))
+    return err(path + ": has " + llvm::Twine(size) + " bytes, expected " + llvm::Twine(*expected) + " (truncated?)");
   const char *src = (*buf)->getBufferStart();
   char *to = reinterpret_cast<char *>(dest);
   if (verified) {
@@ -437,7 +438,14 @@ llvm::Error verifyCheckpointArray(const std::string &stepDir, const plan::Checkp
 
 llvm::Expected<std::vector<float>> readCheckpointArray(const std::string &stepDir, const plan::CheckpointMeta &meta,
                                                        llvm::StringRef file) {
-  if (meta.host_elements() < 0) return err(stepDir + ": corrupt checkpoint metadata (negative size)");
+  const auto bytes = checkedMul(meta.host_elements(), 4);
+  if (!bytes) return err(stepDir + ": corrupt checkpoint metadata (" + llvm::Twine(meta.host_elements()) + " elements)");
+  // The file's size before anything is allocated for it.
+  const std::string path = join(stepDir, file.str());
+  uint64_t size = 0;
+  if (auto ec = fs::file_size(path, size)) return err(path + ": cannot read: " + ec.message());
+  if (size != uint64_t(*bytes))
+    return err(path + ": has " + llvm::Twine(size) + " bytes, expected " + llvm::Twine(*bytes) + " (truncated?)");
   std::vector<float> v(static_cast<size_t>(meta.host_elements()));
   if (auto e = verifyCheckpointArray(stepDir, meta, file, v.data())) return std::move(e);
   return v;

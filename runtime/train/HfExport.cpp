@@ -672,9 +672,11 @@ llvm::Expected<std::string> writeHfExport(const HfExportPlan &plan) {
                                 [&](int fd) { return writeAll(fd, index.data(), index.size(), kIndexName); }))
         return e;
     }
-    for (const auto &[file, bytes] : plan.configFiles)
+    for (const auto &config : plan.configFiles) { // (a structured binding: clang 14 cannot capture one)
+      const std::string &file = config.first, &bytes = config.second;
       if (auto e = writeNewFile(join(tmp, file), [&](int fd) { return writeAll(fd, bytes.data(), bytes.size(), file); }))
         return e;
+    }
     fsyncDir(tmp);
     // Into place: a rename over a missing or empty directory; a previous
     // export is swapped with the new one in one step, then removed.
