@@ -5,6 +5,7 @@
 #include "ir/Eval.h"
 #include "ir/OpSchema.h"
 #include "passes/Pass.h"
+#include "runtime/core/CheckedSize.h"
 #include "runtime/core/Hash.h"
 #include "runtime/cpu/Kernel.h"
 
@@ -29,7 +30,9 @@ static bool canFold(Graph &g, const Op &op, const OpSchema &schema, const PassOp
     if (o == kNoValue) continue;
     const TensorType &t = g.type(o);
     if (!t.known() || t.isSequence) return false;
-    outElems += numElements(t.shape);
+    auto n = checkedNumel(t.shape, opts.foldLimit); // shapes inferred from a file: checked
+    if (!n) return false;
+    outElems += *n;
   }
   if (outElems > opts.foldLimit) return false;
   for (ValueId in : op.inputs) {
@@ -253,6 +256,10 @@ llvm::Error specialize(Graph &g, const PassOptions &opts) {
     for (ValueId in : g.ops[i].inputs)
       if (in != kNoValue && !g.type(in).known())
         return opError(g, g.ops[i], "input '" + g.value(in).name + "' has no type (is it defined?)");
+    // The schema's required inputs (the first minInputs) cannot be omitted ("").
+    for (size_t k = 0; k < size_t(schema->minInputs) && k < g.ops[i].inputs.size(); ++k)
+      if (g.ops[i].inputs[k] == kNoValue)
+        return opError(g, g.ops[i], "input " + llvm::Twine(k) + " is required, but the node omits it");
     InferContext ctx(g, int32_t(i));
     if (schema->infer)
       if (auto e = schema->infer(ctx)) return e;

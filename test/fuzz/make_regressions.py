@@ -65,6 +65,24 @@ def clip_regressions():
     write("onnx_import", "clip6_min_minus_1_on_uint8.onnx", m.SerializeToString())
 
 
+def specialize_regressions():
+    # MatMul with its first input omitted (""): inferMatMul binds *c.inputType(0), a null pointer.
+    g = helper.make_graph([helper.make_node("MatMul", ["", "x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    write("onnx_plan", "matmul_omitted_input.onnx", m.SerializeToString())
+    # Expand to a constant shape [2^62, 4]: specialize's canFold sums numElements of the
+    # result's shape unchecked (int64 overflow) before comparing with the fold limit.
+    shape = helper.make_tensor("s", TensorProto.INT64, [2], [2 ** 62, 4])
+    one = helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])
+    g = helper.make_graph([helper.make_node("Expand", ["one", "s"], ["e"]), helper.make_node("Add", ["x", "e"], ["y"])],
+                          "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [shape, one])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)], ir_version=9)
+    write("onnx_plan", "expand_to_2e64_elements.onnx", m.SerializeToString())
+
+
 def dataless_regressions():
     # A data-less weight (a graph input, as shapes-only exports write weights) of [2^61+8, 8]:
     # nothing is allocated at import, then classify-params' numElements overflows int64.
@@ -120,6 +138,7 @@ def main():
     onnx_regressions()
     dataless_regressions()
     clip_regressions()
+    specialize_regressions()
     token_regressions()
     with tempfile.TemporaryDirectory() as tmp:
         pb = plan_pb2(tmp)

@@ -19,10 +19,22 @@ inline Tensor i64v(std::vector<int64_t> v) {
 inline Tensor i64scalar(int64_t v) { return i64s({}, {v}); }
 inline Tensor f32s(Shape s, std::vector<float> v) { return Tensor::fromVector<float>(DType::F32, std::move(s), v); }
 
-// Values 0, 1, 2, ... (as the dtype) in row-major order.
+// Values 0, 1, 2, ... (as the dtype) in row-major order; 8- and 16-bit
+// integers wrap (converting 256.0 to uint8 is undefined: UBSan's
+// float-cast-overflow in the fuzz build's unit run).
 inline Tensor iota(DType dt, Shape s) {
   Tensor t(dt, std::move(s));
-  for (int64_t i = 0; i < t.numel(); ++i) t.setFromDouble(i, double(i));
+  int bits = 0;
+  if (dt == DType::U8 || dt == DType::I8) bits = 8;
+  if (dt == DType::U16 || dt == DType::I16) bits = 16;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    int64_t v = i;
+    if (bits) {
+      v = i & ((int64_t(1) << bits) - 1);
+      if ((dt == DType::I8 || dt == DType::I16) && v >= (int64_t(1) << (bits - 1))) v -= int64_t(1) << bits;
+    }
+    t.setFromDouble(i, double(v));
+  }
   return t;
 }
 
