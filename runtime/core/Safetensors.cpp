@@ -37,7 +37,7 @@ static const char *safetensorsDType(DType t) {
   return nullptr;
 }
 
-static void writeJsonString(llvm::raw_ostream &os, llvm::StringRef s) {
+void writeJsonString(llvm::raw_ostream &os, llvm::StringRef s) {
   os << '"';
   for (unsigned char c : s) {
     if (c == '"' || c == '\\') os << '\\' << char(c);

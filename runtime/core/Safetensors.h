@@ -6,6 +6,7 @@
 #include "runtime/core/Tensor.h"
 
 #include "llvm/Support/Error.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <map>
 #include <string>
@@ -65,6 +66,9 @@ llvm::Expected<SafetensorsHeader> parseSafetensorsHeader(llvm::StringRef json, u
 
 // Reads a safetensors file (the dtypes megac has), tensors in file order.
 llvm::Expected<std::vector<NamedTensor>> readSafetensors(const std::string &path);
+
+// A JSON string literal of `s` (quotes, backslashes and control characters escaped).
+void writeJsonString(llvm::raw_ostream &os, llvm::StringRef s);
 
 // The safetensors name of a dtype ("F32", "BF16", ...), or nullptr.
 const char *safetensorsDTypeName(DType t);

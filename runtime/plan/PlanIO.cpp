@@ -1,5 +1,7 @@
 #include "runtime/plan/PlanIO.h"
 
+#include "runtime/core/LittleEndian.h"
+
 #include "runtime/core/TensorFile.h"
 #include "runtime/plan/PlanChecker.h"
 
@@ -21,16 +23,6 @@ static constexpr char kMagic[8] = {'M', 'E', 'G', 'A', 'C', 'P', 'L', 'N'};
 static constexpr size_t kHeaderBytes = 16; // version u32, CRC-32 u32, payload bytes u64
 // A header is told from the headerless formats 1-3 by its first byte.
 static_assert((kFormatVersion & 0xff) != 0x08, "a header's first byte must differ from a headerless plan's (0x08)");
-
-static void putLE(std::string &out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
-}
-
-static uint64_t getLE(const char *p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
-  return v;
-}
 
 static uint32_t crc32Of(llvm::StringRef s) {
   return llvm::crc32(llvm::ArrayRef<uint8_t>(reinterpret_cast<const uint8_t *>(s.data()), s.size()));

@@ -1,5 +1,7 @@
 #include "runtime/train/Checkpoint.h"
 
+#include "runtime/core/LittleEndian.h"
+
 #include "runtime/core/CheckedSize.h"
 #include "runtime/core/TensorFile.h"
 #include "runtime/cpu/Kernel.h"
@@ -42,16 +44,6 @@ static std::string join(const std::string &a, const std::string &b) {
   llvm::SmallString<256> p(a);
   llvm::sys::path::append(p, b);
   return std::string(p);
-}
-
-static void putLE(std::string &out, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(char((v >> (8 * i)) & 0xff));
-}
-
-static uint64_t getLE(const char *p, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v |= uint64_t(uint8_t(p[i])) << (8 * i);
-  return v;
 }
 
 static std::string hex(uint64_t v) {

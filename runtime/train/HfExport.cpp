@@ -604,16 +604,6 @@ static llvm::Error writeShard(const HfExportPlan &plan, const HfShard &shard, co
   });
 }
 
-static void writeJsonString(llvm::raw_ostream &os, llvm::StringRef s) {
-  os << '"';
-  for (unsigned char c : s) {
-    if (c == '"' || c == '\\') os << '\\' << char(c);
-    else if (c < 0x20) os << llvm::format("\\u%04x", c);
-    else os << char(c);
-  }
-  os << '"';
-}
-
 // model.safetensors.index.json as save_pretrained writes it (json.dumps with
 // indent=2 and sorted keys, then a newline).
 static std::string indexJson(const HfExportPlan &plan) {
