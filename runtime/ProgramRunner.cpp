@@ -1,6 +1,7 @@
 #include "runtime/ProgramRunner.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "runtime/cpu/Kernel.h"
 
@@ -50,6 +51,11 @@ llvm::Expected<PreparedProgram> PreparedProgram::prepare(const plan::Program &p,
     op.attrs = std::move(*attrs);
     if (!cpu::lookupKernel(op.type)) return err(what + ": op '" + o.name() + "' (" + op.type + ") has no CPU kernel");
     pp.ops_.push_back(std::move(op));
+  }
+  if (p.arena_offsets_size() == p.values_size() && p.values_size() > 0) {
+    pp.hasArena_ = true;
+    pp.arenaBytes_ = p.arena_bytes();
+    for (int i = 0; i < p.values_size(); ++i) pp.values_[size_t(i)].arenaOffset = p.arena_offsets(i);
   }
   pp.arguments_.assign(p.arguments().begin(), p.arguments().end());
   pp.results_.assign(p.results().begin(), p.results().end());
@@ -115,6 +121,112 @@ llvm::Expected<std::vector<Tensor>> PreparedProgram::run(const std::vector<Tenso
   std::vector<Tensor> out;
   for (int32_t r : results_) out.push_back(env[size_t(r)]);
   return out;
+}
+
+static bool isSharedView(const std::string &type) {
+  return type == "Reshape" || type == "Squeeze" || type == "Unsqueeze" || type == "Flatten" || type == "Identity";
+}
+
+llvm::Error PreparedProgram::runInArena(const std::vector<Tensor> &args, uint8_t *arena, int64_t arenaBytes,
+                                        const std::vector<Tensor> &results, ArenaObserver *observer) const {
+  if (!hasArena_) return err(what_ + ": the plan gives this program no arena offsets (recompile it)");
+  if (arenaBytes < arenaBytes_)
+    return err(what_ + ": needs an arena of " + llvm::Twine(arenaBytes_) + " bytes, has " + llvm::Twine(arenaBytes));
+  if (args.size() != arguments_.size() || results.size() != results_.size())
+    return err(what_ + ": called with " + llvm::Twine(args.size()) + " arguments and " + llvm::Twine(results.size()) +
+               " results, expected " + llvm::Twine(arguments_.size()) + " and " + llvm::Twine(results_.size()));
+  std::vector<Tensor> env(values_.size());
+  std::vector<int32_t> tag(values_.size(), -1);
+  for (size_t i = 0; i < values_.size(); ++i)
+    if (values_[i].constant) env[i] = constants_[i];
+  for (size_t i = 0; i < args.size(); ++i) {
+    const Value &v = values_[size_t(arguments_[i])];
+    if (args[i].dtype() != v.dtype || args[i].shape() != v.shape)
+      return err(what_ + ": argument '" + v.name + "' is " + dtypeName(args[i].dtype()) + shapeToString(args[i].shape()) +
+                 ", expected " + dtypeName(v.dtype) + shapeToString(v.shape));
+    env[size_t(arguments_[i])] = args[i];
+  }
+  auto bytesOf = [&](const Value &v) { return numElements(v.shape) * int64_t(dtypeSize(v.dtype)); };
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    const Op &op = ops_[k];
+    cpu::KernelContext ctx{op.attrs, {}, {}};
+    for (int32_t in : op.inputs) {
+      ctx.inputs.push_back(in < 0 ? nullptr : &env[size_t(in)]);
+      if (in >= 0 && values_[size_t(in)].arenaOffset >= 0 && !env[size_t(in)].defined())
+        return err(what_ + ": op '" + op.name + "' reads '" + values_[size_t(in)].name + "' before any op writes it");
+    }
+    // The op's inputs, checked after its outputs took their places (below):
+    // an output placed on a live input's bytes is a wrong read.
+    auto checkInputs = [&]() -> llvm::Error {
+      for (int32_t in : op.inputs) {
+        if (!observer || in < 0 || values_[size_t(in)].arenaOffset < 0) continue;
+        if (auto e = observer->read(values_[size_t(in)].arenaOffset, bytesOf(values_[size_t(in)]), tag[size_t(in)],
+                                    values_[size_t(in)].name, op.name))
+          return e;
+      }
+      return llvm::Error::success();
+    };
+    // A view whose output the planner put on its input's bytes: those bytes are its value already.
+    if (isSharedView(op.type) && op.inputs.size() >= 1 && op.outputs.size() == 1 && op.inputs[0] >= 0 && op.outputs[0] >= 0) {
+      const Value &in = values_[size_t(op.inputs[0])], &out = values_[size_t(op.outputs[0])];
+      if (in.arenaOffset >= 0 && in.arenaOffset == out.arenaOffset && bytesOf(in) == bytesOf(out)) {
+        if (auto e = checkInputs()) return e;
+        env[size_t(op.outputs[0])] = env[size_t(op.inputs[0])].reshaped(out.shape);
+        tag[size_t(op.outputs[0])] = tag[size_t(op.inputs[0])];
+        continue;
+      }
+    }
+    std::vector<Tensor> scratch(op.outputs.size());
+    std::vector<void *> placed(op.outputs.size(), nullptr);
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      int32_t id = op.outputs[o];
+      if (id < 0) {
+        ctx.outputs.push_back(&scratch[o]);
+        continue;
+      }
+      const Value &v = values_[size_t(id)];
+      const int64_t bytes = bytesOf(v);
+      if (v.arenaOffset < 0 || v.arenaOffset + bytes > arenaBytes_)
+        return err(what_ + ": value '" + v.name + "' has no place in the arena (offset " + llvm::Twine(v.arenaOffset) +
+                   ", " + llvm::Twine(bytes) + " bytes, arena " + llvm::Twine(arenaBytes_) + ")");
+      placed[o] = arena + v.arenaOffset;
+      std::memset(placed[o], 0, size_t(bytes)); // as run()'s fresh tensors
+      env[size_t(id)] = Tensor::view(v.dtype, v.shape, placed[o]);
+      ctx.outputs.push_back(&env[size_t(id)]);
+      tag[size_t(id)] = id;
+      if (observer) observer->write(v.arenaOffset, bytes, id);
+    }
+    if (auto e = checkInputs()) return e;
+    if (auto e = cpu::runKernel(op.type, ctx)) return err(what_ + ": op '" + op.name + "': " + llvm::toString(std::move(e)));
+    for (size_t o = 0; o < op.outputs.size(); ++o) {
+      int32_t id = op.outputs[o];
+      if (id < 0) continue;
+      const Value &v = values_[size_t(id)];
+      Tensor &t = env[size_t(id)];
+      if (t.raw() != placed[o]) { // the kernel replaced its output: its bytes go to the value's place
+        if (t.dtype() != v.dtype || t.shape() != v.shape)
+          return err(what_ + ": op '" + op.name + "' gave '" + v.name + "' as " + dtypeName(t.dtype()) +
+                     shapeToString(t.shape()) + ", the plan says " + dtypeName(v.dtype) + shapeToString(v.shape));
+        std::memcpy(placed[o], t.raw(), t.nbytes());
+        t = Tensor::view(v.dtype, v.shape, placed[o]);
+      }
+    }
+  }
+  for (size_t i = 0; i < results_.size(); ++i) {
+    const int32_t id = results_[i];
+    const Value &v = values_[size_t(id)];
+    const Tensor &src = env[size_t(id)];
+    Tensor dst = results[i];
+    if (dst.dtype() != v.dtype || dst.shape() != v.shape)
+      return err(what_ + ": result '" + v.name + "' is " + dtypeName(v.dtype) + shapeToString(v.shape) +
+                 "; its destination is " + dtypeName(dst.dtype()) + shapeToString(dst.shape()));
+    if (!src.defined()) return err(what_ + ": result '" + v.name + "' is never written");
+    if (v.arenaOffset >= 0 && observer)
+      if (auto e = observer->read(v.arenaOffset, bytesOf(v), tag[size_t(id)], v.name, "(the program's results)"))
+        return e;
+    if (dst.raw() != src.raw() && src.nbytes()) std::memmove(dst.raw(), src.raw(), src.nbytes());
+  }
+  return llvm::Error::success();
 }
 
 } // namespace megac::runtime

@@ -27,7 +27,31 @@ public:
   // stops the run with an error and fills *check.
   llvm::Expected<std::vector<Tensor>> run(const std::vector<Tensor> &args, NonFiniteAt *check = nullptr) const;
 
+  // What a run with its temporaries in an arena reads and writes there
+  // (runtime/stream: the version stamps of a simulated device allocation).
+  // `tag` names the bytes' contents: a value's id, or for a view sharing its
+  // input's bytes the id its chain starts from.
+  class ArenaObserver {
+  public:
+    virtual ~ArenaObserver() = default;
+    virtual llvm::Error read(int64_t offset, int64_t bytes, int32_t tag, const std::string &value,
+                             const std::string &op) = 0;
+    virtual void write(int64_t offset, int64_t bytes, int32_t tag) = 0;
+  };
+
+  // Runs the program as the GPU runtime does: every temporary at its place
+  // in `arena` (Program.arena_offsets; a view op whose output shares its
+  // input's bytes runs no kernel), outputs zero-filled before their op as
+  // run() allocates them, and each result copied into results[i] (views of
+  // the caller's buffers, of the results' dtypes and shapes). `args` may be
+  // views. The arithmetic is run()'s, bit for bit.
+  llvm::Error runInArena(const std::vector<Tensor> &args, uint8_t *arena, int64_t arenaBytes,
+                         const std::vector<Tensor> &results, ArenaObserver *observer = nullptr) const;
+  bool hasArena() const { return hasArena_; }
+  int64_t arenaBytes() const { return arenaBytes_; }
+
   size_t numArguments() const { return arguments_.size(); }
+  size_t numResults() const { return results_.size(); }
 
 private:
   struct Op {
@@ -41,12 +65,15 @@ private:
     std::string name;
     int32_t lastUse = -1;  // op index of the last reader
     bool constant = false;
+    int64_t arenaOffset = -1; // Program.arena_offsets
   };
   std::string what_;
   std::vector<Value> values_;
   std::vector<Tensor> constants_; // indexed like values_
   std::vector<Op> ops_;
   std::vector<int32_t> arguments_, results_;
+  bool hasArena_ = false;
+  int64_t arenaBytes_ = 0;
 };
 
 } // namespace megac::runtime

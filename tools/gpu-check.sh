@@ -5,6 +5,7 @@
 # Usage: tools/gpu-check.sh [gtest filter]
 set -uo pipefail
 cd "$(dirname "$0")/.."
+tools/gpu-unpack.sh
 CUDNN=/opt/torch/.venv/lib/python3.12/site-packages/nvidia/cudnn/lib
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$CUDNN:${LD_LIBRARY_PATH:-}
 OUT=${OUT:-/tmp/megac-gpu}

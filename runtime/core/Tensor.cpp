@@ -41,6 +41,15 @@ Tensor::Tensor(DType dtype, Shape shape) : dtype_(dtype), shape_(std::move(shape
   storage_ = allocate(nbytes());
 }
 
+Tensor Tensor::view(DType dtype, Shape shape, void *data) {
+  Tensor t;
+  t.dtype_ = dtype;
+  t.shape_ = std::move(shape);
+  // The aliasing constructor: an empty owner, so nothing is freed.
+  t.storage_ = std::shared_ptr<uint8_t[]>(std::shared_ptr<uint8_t[]>(), static_cast<uint8_t *>(data));
+  return t;
+}
+
 Tensor Tensor::scalar(float v) {
   Tensor t(DType::F32, {});
   *t.data<float>() = v;

@@ -32,6 +32,9 @@ public:
     return t;
   }
   static Tensor scalar(float v);
+  // A tensor over bytes it does not own (a place in a simulated device
+  // allocation): the caller keeps `data` alive while any copy of it lives.
+  static Tensor view(DType dtype, Shape shape, void *data);
 
   bool defined() const { return storage_ != nullptr || dtype_ != DType::Undefined; }
   DType dtype() const { return dtype_; }

@@ -26,7 +26,8 @@ __device__ __forceinline__ void one(float &p, float grad, float &m, float &v, co
 }
 
 __global__ void adamwVec4(float4 *__restrict__ param, const float4 *__restrict__ grad, float4 *__restrict__ m,
-                          float4 *__restrict__ v, int64_t n4, runtime::AdamWCoefficients k) {
+                          float4 *__restrict__ v, int64_t n4, runtime::AdamWCoefficients k, const int *poison) {
+  if (poison && *poison) return;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n4; i += int64_t(gridDim.x) * blockDim.x) {
     float4 p = param[i], g = grad[i], mi = m[i], vi = v[i];
     one(p.x, g.x, mi.x, vi.x, k);
@@ -40,7 +41,8 @@ __global__ void adamwVec4(float4 *__restrict__ param, const float4 *__restrict__
 }
 
 __global__ void adamwScalar(float *__restrict__ param, const float *__restrict__ grad, float *__restrict__ m,
-                            float *__restrict__ v, int64_t n, runtime::AdamWCoefficients k) {
+                            float *__restrict__ v, int64_t n, runtime::AdamWCoefficients k, const int *poison) {
+  if (poison && *poison) return;
   for (int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     one(param[i], grad[i], m[i], v[i], k);
 }
@@ -50,7 +52,7 @@ int blocksFor(int64_t n) { return int(std::clamp<int64_t>((n + kThreads - 1) / k
 } // namespace
 
 cudaError_t launchAdamW(float *param, const float *grad, float *m, float *v, int64_t n,
-                        const runtime::AdamWCoefficients &k, cudaStream_t stream) {
+                        const runtime::AdamWCoefficients &k, cudaStream_t stream, const int *poison) {
   if (n <= 0) return cudaSuccess;
   int64_t head = 0;
   if (aligned16(param) && aligned16(grad) && aligned16(m) && aligned16(v)) {
@@ -59,12 +61,12 @@ cudaError_t launchAdamW(float *param, const float *grad, float *m, float *v, int
       adamwVec4<<<blocksFor(n4), kThreads, 0, stream>>>(reinterpret_cast<float4 *>(param),
                                                          reinterpret_cast<const float4 *>(grad),
                                                          reinterpret_cast<float4 *>(m), reinterpret_cast<float4 *>(v),
-                                                         n4, k);
+                                                         n4, k, poison);
     head = 4 * n4;
   }
   if (head < n)
     adamwScalar<<<blocksFor(n - head), kThreads, 0, stream>>>(param + head, grad + head, m + head, v + head, n - head,
-                                                              k);
+                                                              k, poison);
   return cudaGetLastError();
 }
 

@@ -3,6 +3,7 @@
 #include "runtime/train/NonFinite.h"
 
 #include "runtime/cuda/AdamWKernels.h"
+#include "runtime/cuda/FiniteCheckKernels.h"
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuProgram.h"
 #include "runtime/cuda/OpTimer.h"
@@ -126,6 +127,19 @@ private:
   float *lossDev_ = nullptr, *seedDev_ = nullptr; // the loss and its gradient seed
   float *lossHost_ = nullptr;
   uint8_t *staging_ = nullptr; // pinned: grad_slots x grad_slot_bytes
+  // The gradients' NaN/Inf check on the GPU (FiniteCheckKernels.h): per unit
+  // the first bad (parameter, element), and the micro-batch's poison flag,
+  // which each OFFLOAD copies beside its gradients for the host's AdamW and
+  // the resident units' AdamW kernels read.
+  bool checkFinite_ = true;
+  unsigned long long *firstBadDev_ = nullptr;
+  int *poisonDev_ = nullptr;
+  int *verdictDev_ = nullptr;  // per grad slot: the flag right after its unit's check (compute stream order)
+  int *poisonHost_ = nullptr; // pinned, per staging slot: the verdict, beside the gradients
+  bool poisoned_ = false;     // an UPDATE found the flag set (under mu_)
+  std::vector<std::string> residentUpdated_; // resident units updated this micro-batch, in order
+  // Where a micro-batch's check found a NaN/Inf: the message, or "" (copies the records back).
+  llvm::Expected<std::string> describeNonFinite();
   bool paramsPinned_ = false;
   std::map<std::pair<int, int>, const plan::DeviceRegion *> regions_;
   std::vector<cudaEvent_t> events_;
@@ -149,7 +163,7 @@ private:
   std::string optimizerError_;
   // A unit's gradients held NaN/Inf (the host check before its AdamW): what,
   // and the units whose update this step had already applied.
-  std::string nonFinite_;
+  std::string nonFinite_, nonFiniteUpdated_;
   std::vector<std::string> updatedThisStep_;
   std::unique_ptr<OpTimer> timer_; // --op-profile
   int64_t timedSteps_ = 0;
@@ -170,6 +184,8 @@ CudaTrainer::~CudaTrainer() {
   if (paramsPinned_) cudaHostUnregister(state_.params.data());
   cudaFreeHost(staging_);
   cudaFreeHost(lossHost_);
+  cudaFreeHost(poisonHost_);
+  cudaFree(firstBadDev_);
   cudaFree(device_);
   cudaFree(extraWorkspace_);
   cudaFree(lossDev_);
@@ -277,6 +293,13 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&lossDev_), 512));
   seedDev_ = lossDev_ + 64;
   MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&lossHost_), 64));
+  checkFinite_ = !plan_.optimizer().no_finite_check();
+  // The check's records: a 64-bit word per unit, then the poison flag.
+  MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&firstBadDev_),
+                            size_t(plan_.units_size()) * 8 + size_t(1 + std::max(1, s.grad_slots())) * 4));
+  poisonDev_ = reinterpret_cast<int *>(firstBadDev_ + plan_.units_size());
+  verdictDev_ = poisonDev_ + 1;
+  MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&poisonHost_), size_t(std::max(1, s.grad_slots())) * 4));
 
   // Programs, their constants, the arena and the kernels' scratch.
   int64_t constBytes = 0, arenaNeed = 0;
@@ -456,23 +479,16 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   const plan::Unit &unit = plan_.units(job.unit);
   const plan::WeightLayout &lay = layouts_[size_t(job.unit)];
   const uint8_t *base = staging_ + size_t(job.slot) * size_t(sched_->grad_slot_bytes());
-  {
+  // The GPU checked the gradients of this unit and of every unit before it
+  // in the step's backward order (FiniteCheckKernels.h); the OFFLOAD brought
+  // the verdict along. Poisoned: no more updates this micro-batch.
+  if (checkFinite_) {
     std::lock_guard<std::mutex> l(mu_);
-    if (!nonFinite_.empty()) return; // a unit before this one held NaN/Inf: no more updates this step
-  }
-  // Before any of this unit's parameters steps: its gradients must be finite.
-  if (!plan_.optimizer().no_finite_check())
-    for (int k = 0; k < unit.parameters_size(); ++k) {
-      const plan::Parameter &p = plan_.parameters(unit.parameters(k));
-      const float *g = reinterpret_cast<const float *>(base + lay.offsets[size_t(k)]);
-      int64_t bad = runtime::firstNonFinite(g, p.numel());
-      if (bad < 0) continue;
-      std::lock_guard<std::mutex> l(mu_);
-      nonFinite_ = "unit '" + unit.name() + "' backward: the gradient of '" + p.name() + "' holds " +
-                   std::to_string(g[bad]) + " at element " + std::to_string(bad) +
-                   "; its update and the rest of the step were stopped";
+    if (poisoned_ || poisonHost_[job.slot]) {
+      poisoned_ = true;
       return;
     }
+  }
   // Parameters of this unit alone are updated together: one split over the
   // threads for the whole unit. One core stays free for the thread that
   // launches the GPU's work.
@@ -522,12 +538,39 @@ llvm::Error CudaTrainer::drainOptimizer() {
   std::unique_lock<std::mutex> l(mu_);
   cv_.wait(l, [&] { return jobsDone_ == jobsQueued_; });
   if (!optimizerError_.empty()) return err(optimizerError_);
-  if (!nonFinite_.empty()) {
-    std::string updated;
-    for (const std::string &u : updatedThisStep_) updated += (updated.empty() ? "unit '" : ", '") + u + "'";
-    return llvm::make_error<runtime::NonFiniteError>(nonFinite_, updated);
-  }
   return llvm::Error::success();
+}
+
+llvm::Expected<std::string> CudaTrainer::describeNonFinite() {
+  int poison = 0;
+  MEGAC_CUDA_TRY(cudaMemcpy(&poison, poisonDev_, 4, cudaMemcpyDeviceToHost));
+  if (!poison) return std::string();
+  std::vector<unsigned long long> firstBad(size_t(plan_.units_size()));
+  MEGAC_CUDA_TRY(cudaMemcpy(firstBad.data(), firstBadDev_, firstBad.size() * 8, cudaMemcpyDeviceToHost));
+  // The first unit in the step's backward order whose gradients held one;
+  // those before it were updated (resident: on the GPU, before the flag was
+  // set; streamed: where the host's AdamW ran).
+  std::string updated;
+  std::lock_guard<std::mutex> l(mu_);
+  for (const plan::StreamAction &a : sched_->actions()) {
+    if (a.kind() != plan::StreamAction::BACKWARD) continue;
+    const plan::Unit &unit = plan_.units(a.unit());
+    const unsigned long long bad = firstBad[size_t(a.unit())];
+    if (bad == kNoneBad) {
+      const bool done = unit.resident() ? std::count(residentUpdated_.begin(), residentUpdated_.end(), unit.name()) > 0
+                                        : std::count(updatedThisStep_.begin(), updatedThisStep_.end(), unit.name()) > 0;
+      if (done) updated += (updated.empty() ? "unit '" : ", '") + unit.name() + "'";
+      continue;
+    }
+    const int k = int(bad >> kBadElementBits);
+    const int64_t element = int64_t(bad & ((1ull << kBadElementBits) - 1));
+    const std::string param = k < unit.parameters_size() ? plan_.parameters(unit.parameters(k)).name() : "?";
+    nonFinite_ = "unit '" + unit.name() + "' backward: the gradient of '" + param + "' holds NaN or Inf at element " +
+                 std::to_string(element) + " (the check on the GPU); its update and the rest of the step were stopped";
+    nonFiniteUpdated_ = updated;
+    return nonFinite_;
+  }
+  return std::string("a gradient held NaN or Inf (the check on the GPU), in no unit's records");
 }
 
 llvm::Error CudaTrainer::copyResident(bool toDevice) {
@@ -597,9 +640,12 @@ llvm::Error CudaTrainer::residentUpdate(int32_t unit, int32_t gradSlot, float lr
     MEGAC_CUDA_TRY(launchAdamW(reinterpret_cast<float *>(base + rl.weights + off),
                                reinterpret_cast<const float *>(g + off), reinterpret_cast<float *>(base + rl.m + off),
                                reinterpret_cast<float *>(base + rl.v + off), p.numel(),
-                               runtime::adamwCoefficients(state_.step, h, p.decay()), gpu_.stream));
+                               runtime::adamwCoefficients(state_.step, h, p.decay()), gpu_.stream,
+                               checkFinite_ ? poisonDev_ : nullptr));
   }
   deviceNewer_ = true;
+  std::lock_guard<std::mutex> l(mu_);
+  residentUpdated_.push_back(u.name());
   return llvm::Error::success();
 }
 
@@ -624,6 +670,14 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
   }
 
   gradWritten_.assign(size_t(plan_.activations_size()), false);
+  if (backward && checkFinite_) {
+    MEGAC_CUDA_TRY(cudaMemsetAsync(firstBadDev_, 0xff, size_t(plan_.units_size()) * 8, gpu_.stream));
+    MEGAC_CUDA_TRY(cudaMemsetAsync(poisonDev_, 0, 4, gpu_.stream));
+    std::lock_guard<std::mutex> l(mu_);
+    poisoned_ = false;
+    residentUpdated_.clear();
+    nonFiniteUpdated_.clear();
+  }
   int lastAction = s.actions_size() - 1;
   if (!backward) {
     lastAction = -1;
@@ -688,6 +742,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       uint8_t *slot = unitWeights(a, lay, e);
       if (e) return e;
       std::vector<void *> args, results;
+      uint8_t *gradSlot = nullptr; // BACKWARD: where the unit's parameter gradients go
       for (int32_t act : unit.activation_inputs()) {
         auto b = activationBuffer(act);
         if (!b) return b.takeError();
@@ -720,10 +775,27 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
         uint8_t *gslot = region(plan::DeviceRegion::GRAD_SLOT, a.grad_slot(), lay.bytes, e);
         if (e) return e;
         for (int k = 0; k < unit.parameters_size(); ++k) results.push_back(gslot + lay.offsets[size_t(k)]);
+        gradSlot = gslot;
         args.insert(args.end(), savedPtrs.begin(), savedPtrs.end());
       }
       if (auto e2 = prog.run(gpu_, arena_, workspace_, args, results))
         return err("unit '" + unit.name() + "': " + llvm::toString(std::move(e2)));
+      if (!fwd && unit.parameters_size() > 0) {
+        uint8_t *gslot = gradSlot;
+        if (injectNan_ && injectNan_->at(unit.name(), state_.step)) {
+          static const float nan = NAN;
+          MEGAC_CUDA_TRY(cudaMemcpyAsync(gslot + lay.offsets[0], &nan, 4, cudaMemcpyHostToDevice, st));
+        }
+        // Before the gradients leave the slot (the OFFLOAD, or a resident unit's UPDATE, waits for this).
+        for (int k = 0; checkFinite_ && k < unit.parameters_size(); ++k)
+          MEGAC_CUDA_TRY(launchFindNonFinite(reinterpret_cast<const float *>(gslot + lay.offsets[size_t(k)]),
+                                             plan_.parameters(unit.parameters(k)).numel(),
+                                             static_cast<unsigned long long>(k) << kBadElementBits,
+                                             firstBadDev_ + a.unit(), poisonDev_, st));
+        // The verdict on this unit and every unit before it, whatever later units' checks find.
+        if (checkFinite_)
+          MEGAC_CUDA_TRY(cudaMemcpyAsync(verdictDev_ + a.grad_slot(), poisonDev_, 4, cudaMemcpyDeviceToDevice, st));
+      }
       if (fwd)
         for (int32_t act : unit.activation_outputs())
           if (plan_.activations(act).kind() == plan::Activation::LOSS)
@@ -736,6 +808,9 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       if (a.grad_slot() < 0 || a.grad_slot() >= s.grad_slots()) return err("OFFLOAD to a staging slot that does not exist");
       MEGAC_CUDA_TRY(cudaMemcpyAsync(staging_ + size_t(a.grad_slot()) * size_t(s.grad_slot_bytes()), gslot,
                                      size_t(lay.bytes), cudaMemcpyDeviceToHost, st));
+      if (checkFinite_) // the verdict on this unit's gradients and every earlier unit's, beside them
+        MEGAC_CUDA_TRY(cudaMemcpyAsync(poisonHost_ + a.grad_slot(), verdictDev_ + a.grad_slot(), 4,
+                                       cudaMemcpyDeviceToHost, st));
       break;
     }
     case plan::StreamAction::UPDATE: {
@@ -769,6 +844,11 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
   }
   for (cudaStream_t st : {h2d_, gpu_.stream, d2h_}) MEGAC_CUDA_TRY(cudaStreamSynchronize(st));
   if (auto e = drainOptimizer()) return e;
+  if (backward && checkFinite_) {
+    auto what = describeNonFinite();
+    if (!what) return what.takeError();
+    if (!what->empty()) return llvm::make_error<runtime::NonFiniteError>(*what, nonFiniteUpdated_);
+  }
   if (timer_)
     if (auto e = timer_->collect()) return e;
   loss = double(*lossHost_);

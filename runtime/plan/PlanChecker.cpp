@@ -18,18 +18,80 @@ static std::string range(int64_t off, int64_t bytes) {
   return "bytes [" + std::to_string(off) + ", " + std::to_string(off + bytes) + ")";
 }
 
+// Bytes of a value of type t (not rounded); -1 where it has none.
+static int64_t valueBytes(const TensorType &t) {
+  int64_t n = int64_t(dtypeSize(megac::DType(int(t.dtype()))));
+  if (n <= 0) return -1;
+  for (int64_t d : t.shape()) {
+    if (d < 0 || (d > 0 && n > (int64_t(1) << 62) / d)) return -1;
+    n *= d;
+  }
+  return n;
+}
+
+llvm::Expected<std::vector<ArenaLife>> arenaLifetimes(const Program &p) {
+  const int32_t V = p.values_size(), N = p.ops_size();
+  std::vector<ArenaLife> life(static_cast<size_t>(V));
+  auto bad = [&](const llvm::Twine &m) { return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str()); };
+  // Writers, in op order; every read of a temporary comes after its writer.
+  for (int32_t k = 0; k < N; ++k) {
+    const Program::Op &op = p.ops(k);
+    for (int32_t in : op.inputs()) {
+      if (in < -1 || in >= V) return bad("op " + llvm::Twine(k) + " reads value " + llvm::Twine(in) + ", which does not exist");
+      if (in >= 0 && p.values(in).kind() == Program::Value::TEMP && !(life[size_t(in)].temp && life[size_t(in)].def < k))
+        return bad("op " + llvm::Twine(k) + " reads '" + p.values(in).name() + "' before an op writes it");
+    }
+    for (int32_t out : op.outputs()) {
+      if (out < -1 || out >= V) return bad("op " + llvm::Twine(k) + " writes value " + llvm::Twine(out) + ", which does not exist");
+      if (out < 0) continue;
+      if (p.values(out).kind() != Program::Value::TEMP)
+        return bad("op " + llvm::Twine(k) + " writes '" + p.values(out).name() + "', an argument or constant");
+      ArenaLife &l = life[size_t(out)];
+      if (l.temp) return bad("'" + p.values(out).name() + "' is written twice");
+      l.temp = true;
+      l.def = k;
+      l.root = out;
+      l.bytes = valueBytes(p.values(out).type());
+      if (l.bytes < 0) return bad("'" + p.values(out).name() + "' has no size");
+      l.bytes = (l.bytes + 255) / 256 * 256;
+    }
+  }
+  // Last readers, sweeping back from the results.
+  for (int32_t r : p.results()) {
+    if (r < 0 || r >= V) return bad("a result refers to value " + llvm::Twine(r) + ", which does not exist");
+    if (p.values(r).kind() == Program::Value::TEMP && !life[size_t(r)].temp) return bad("result '" + p.values(r).name() + "' is never written");
+    life[size_t(r)].last = N;
+  }
+  for (int32_t k = N - 1; k >= 0; --k)
+    for (int32_t in : p.ops(k).inputs())
+      if (in >= 0 && life[size_t(in)].last < 0) life[size_t(in)].last = k;
+  for (ArenaLife &l : life)
+    if (l.temp && l.last < l.def) l.last = l.def;
+  // Views sharing a temporary's bytes take its root (ops in order: the input's root is final).
+  static const char *const views[] = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"};
+  for (const Program::Op &op : p.ops()) {
+    if (op.inputs_size() < 1 || op.outputs_size() < 1 || op.inputs(0) < 0 || op.outputs(0) < 0) continue;
+    if (std::find(std::begin(views), std::end(views), op.type()) == std::end(views)) continue;
+    const ArenaLife &in = life[size_t(op.inputs(0))];
+    ArenaLife &out = life[size_t(op.outputs(0))];
+    if (in.temp && valueBytes(p.values(op.inputs(0)).type()) == valueBytes(p.values(op.outputs(0)).type()))
+      out.root = in.root;
+  }
+  return life;
+}
+
 llvm::Error checkArena(const Program &prog, const std::string &what) {
-  auto life = computeLifetimes(prog);
+  auto life = arenaLifetimes(prog);
   if (!life) return violation("malformed plan", what + ": " + llvm::toString(life.takeError()));
   if (prog.arena_offsets_size() != prog.values_size())
     return violation("malformed plan", what + ": " + llvm::Twine(prog.arena_offsets_size()) + " arena offsets for " +
                                            llvm::Twine(prog.values_size()) + " values");
   std::vector<int32_t> inArena;
   for (int32_t v = 0; v < prog.values_size(); ++v) {
-    const ValueLife &l = (*life)[size_t(v)];
+    const ArenaLife &l = (*life)[size_t(v)];
     int64_t off = prog.arena_offsets(v);
     const std::string name = "'" + prog.values(v).name() + "'";
-    if (!l.inArena) {
+    if (!l.temp) {
       if (off != -1)
         return violation("malformed plan", what + ": value " + name + " is an argument, a constant or unused, but has arena offset " + llvm::Twine(off));
       continue;
@@ -44,11 +106,11 @@ llvm::Error checkArena(const Program &prog, const std::string &what) {
             [&](int32_t a, int32_t b) { return prog.arena_offsets(a) < prog.arena_offsets(b); });
   for (size_t i = 0; i < inArena.size(); ++i) {
     int32_t a = inArena[i];
-    const ValueLife &la = (*life)[size_t(a)];
+    const ArenaLife &la = (*life)[size_t(a)];
     int64_t oa = prog.arena_offsets(a);
     for (size_t j = i + 1; j < inArena.size() && prog.arena_offsets(inArena[j]) < oa + la.bytes; ++j) {
       int32_t b = inArena[j];
-      const ValueLife &lb = (*life)[size_t(b)];
+      const ArenaLife &lb = (*life)[size_t(b)];
       int64_t ob = prog.arena_offsets(b);
       if (!bytesOverlap(oa, la.bytes, ob, lb.bytes) || !lifetimesOverlap(la.def, la.last, lb.def, lb.last)) continue;
       if (la.root == lb.root && oa == ob) continue; // a view sharing its input's bytes

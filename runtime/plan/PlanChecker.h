@@ -37,4 +37,21 @@ llvm::Error checkPlan(const Plan &p);
 // One program's arena alone; `what` names it in messages ("template 'x' forward").
 llvm::Error checkArena(const Program &prog, const std::string &what);
 
+// The checker's own account of when each value of a program lives, computed
+// apart from the planner's (MemoryPlan.h computeLifetimes), so that a
+// lifetime bug there cannot fool both: ops read their inputs at their index
+// and write their outputs there; a value lives from its writer to its last
+// reader, results to the end (index ops_size()); a view (Reshape, Squeeze,
+// Unsqueeze, Flatten, Identity) of a temporary of the same size may share its
+// bytes and starts from the same root. PlanCheckerTest checks that the two
+// agree on every fixture plan.
+struct ArenaLife {
+  bool temp = false;   // written by an op: lives in the arena
+  int32_t def = -1;    // the op writing it
+  int32_t last = -1;   // its last reader (ops_size() for a result; def if never read)
+  int32_t root = -1;   // the temporary whose bytes it uses
+  int64_t bytes = 0;   // rounded up to 256
+};
+llvm::Expected<std::vector<ArenaLife>> arenaLifetimes(const Program &prog);
+
 } // namespace megac::plan

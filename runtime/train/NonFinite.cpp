@@ -1,5 +1,7 @@
 #include "runtime/train/NonFinite.h"
 
+#include <cstdlib>
+
 #include "runtime/cpu/Kernel.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -17,6 +19,17 @@ void NonFiniteError::log(llvm::raw_ostream &os) const {
   if (!updated_.empty())
     os << "; the AdamW update of " << updated_
        << " had already been applied in this step (their weights changed; the step is not checkpointed)";
+}
+
+std::optional<NanInjection> nanInjectionFromEnvironment() {
+  const char *v = std::getenv("MEGAC_INJECT_NAN");
+  if (!v || !*v) return std::nullopt;
+  NanInjection n;
+  std::string s(v);
+  size_t at = s.rfind('@');
+  n.unit = s.substr(0, at);
+  if (at != std::string::npos) n.step = std::strtoll(s.c_str() + at + 1, nullptr, 10);
+  return n;
 }
 
 int64_t firstNonFinite(const float *data, int64_t n) {

@@ -5,6 +5,7 @@
 #include "llvm/Support/Error.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace megac::runtime {
@@ -12,6 +13,18 @@ namespace megac::runtime {
 // The first element of data[0..n) that is NaN or infinite, or -1 (on the
 // CPU's threads).
 int64_t firstNonFinite(const float *data, int64_t n);
+
+// Fault injection for the tests, on every backend: MEGAC_INJECT_NAN=UNIT or
+// UNIT@STEP makes element 0 of the first parameter gradient of the unit named
+// UNIT NaN, right after its BACKWARD at optimizer step STEP (default 1).
+struct NanInjection {
+  std::string unit;
+  int64_t step = 1;
+  bool at(const std::string &unitName, int64_t optimizerStep) const {
+    return unitName == unit && optimizerStep == step;
+  }
+};
+std::optional<NanInjection> nanInjectionFromEnvironment();
 
 // A NaN or Inf in a step's loss or gradients. The message names what held
 // it; `updatedUnits` lists the units whose AdamW update this step already

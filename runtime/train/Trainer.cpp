@@ -1,12 +1,16 @@
 #include "runtime/train/Trainer.h"
 
 #include "runtime/train/HostMemory.h"
+#include "runtime/train/PlanCompute.h"
 #include "runtime/train/NonFinite.h"
+
+#include "runtime/stream/StreamExecutor.h"
 
 #include "runtime/cpu/Gemm.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 
 namespace megac::runtime {
@@ -15,29 +19,43 @@ static llvm::Error err(const llvm::Twine &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
 }
 
-llvm::Expected<std::unique_ptr<Trainer>> Trainer::create(const plan::Plan &plan) {
+CpuOptions CpuOptions::fromEnvironment() {
+  CpuOptions o;
+  if (const char *v = std::getenv("MEGAC_STREAM_SEED"); v && *v) o.streamSeed = std::strtoull(v, nullptr, 10);
+  if (const char *v = std::getenv("MEGAC_CHECK_READS"); v && *v) o.checkReads = std::string(v) != "0";
+  if (const char *v = std::getenv("MEGAC_CPU_DIRECT"); v && *v) o.streamSchedule = std::string(v) == "0";
+  return o;
+}
+
+llvm::Expected<std::unique_ptr<Trainer>> Trainer::create(const plan::Plan &plan, const CpuOptions &opts) {
+  if (opts.streamSchedule) return stream::createStreamExecutor(plan, opts);
   std::unique_ptr<Trainer> t(new Trainer(plan));
-  for (const plan::Template &tp : plan.templates()) {
+  if (auto e = t->preparePrograms()) return std::move(e);
+  if (auto e = t->initHostState()) return std::move(e);
+  return std::move(t);
+}
+
+llvm::Error Trainer::preparePrograms() {
+  for (const plan::Template &tp : plan_.templates()) {
     auto f = PreparedProgram::prepare(tp.forward(), "template '" + tp.name() + "' forward");
     if (!f) return f.takeError();
     auto b = PreparedProgram::prepare(tp.backward(), "template '" + tp.name() + "' backward");
     if (!b) return b.takeError();
-    t->forward_.push_back(std::move(*f));
-    t->backward_.push_back(std::move(*b));
+    forward_.push_back(std::move(*f));
+    backward_.push_back(std::move(*b));
     if (plan::hasKeepPrograms(tp)) {
       auto fk = PreparedProgram::prepare(tp.forward_keep(), "template '" + tp.name() + "' forward_keep");
       if (!fk) return fk.takeError();
       auto bk = PreparedProgram::prepare(tp.backward_kept(), "template '" + tp.name() + "' backward_kept");
       if (!bk) return bk.takeError();
-      t->forwardKeep_.emplace(t->forward_.size() - 1, std::move(*fk));
-      t->backwardKept_.emplace(t->backward_.size() - 1, std::move(*bk));
+      forwardKeep_.emplace(forward_.size() - 1, std::move(*fk));
+      backwardKept_.emplace(backward_.size() - 1, std::move(*bk));
     }
   }
-  for (int u = 0; u < plan.units_size(); ++u)
-    if (plan.units(u).keep_activations() && !t->forwardKeep_.count(size_t(plan.units(u).template_id())))
-      return err("unit '" + plan.units(u).name() + "' keeps its activations, but its template has no keep programs");
-  if (auto e = t->initHostState()) return std::move(e);
-  return std::move(t);
+  for (int u = 0; u < plan_.units_size(); ++u)
+    if (plan_.units(u).keep_activations() && !forwardKeep_.count(size_t(plan_.units(u).template_id())))
+      return err("unit '" + plan_.units(u).name() + "' keeps its activations, but its template has no keep programs");
+  return llvm::Error::success();
 }
 
 llvm::Error Trainer::initHostState() {
@@ -58,6 +76,7 @@ llvm::Error Trainer::initHostState() {
   }
   const plan::Optimizer &o = plan_.optimizer();
   hyper_ = {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
+  injectNan_ = nanInjectionFromEnvironment();
   return llvm::Error::success();
 }
 
@@ -125,25 +144,6 @@ llvm::Expected<std::vector<Tensor>> Trainer::runForward(const Tensor &tokens, co
   return acts;
 }
 
-namespace {
-
-// The products' operand rounding for the plan's compute mode while in scope
-// (emulation on), else fp32.
-class PlanComputeScope {
-public:
-  PlanComputeScope(const plan::Plan &p, bool emulate) : saved_(cpu::sgemmOperandRounding()) {
-    cpu::OperandRounding r = cpu::OperandRounding::None;
-    if (emulate && p.compute() == "bf16") r = cpu::OperandRounding::Bf16;
-    if (emulate && p.compute() == "tf32") r = cpu::OperandRounding::Tf32;
-    cpu::setSgemmOperandRounding(r);
-  }
-  ~PlanComputeScope() { cpu::setSgemmOperandRounding(saved_); }
-
-private:
-  cpu::OperandRounding saved_;
-};
-
-} // namespace
 
 std::string Trainer::arithmetic() const {
   if (!emulateCompute_ || plan_.compute().empty() || plan_.compute() == "fp32") return "fp32";
@@ -212,6 +212,8 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
         for (int64_t i = 0; i < acc.numel(); ++i) d[i] += s[i];
       }
     }
+    if (injectNan_ && injectNan_->at(unit.name(), state_.step) && unit.parameters_size() > 0)
+      (*res)[r].data<float>()[0] = NAN;
     // Before any of this unit's parameters steps: its gradients must be finite.
     if (!plan_.optimizer().no_finite_check())
       for (int k = 0; k < unit.parameters_size(); ++k) {
@@ -257,6 +259,7 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
 }
 
 llvm::Expected<std::string> Trainer::diagnoseNonFinite(const Tensor &tokens, const Tensor &targets) {
+  syncHostState(/*callerWrites=*/false); // the direct path reads the host arrays
   PreparedProgram::NonFiniteAt at;
   at.op.clear();
   check_ = &at;
@@ -347,6 +350,7 @@ llvm::Expected<StepStats> Trainer::step(const std::vector<std::pair<Tensor, Tens
     double coef = double(o.clip()) / (stats.gradNorm + 1e-6);
     if (coef < 1.0) gradScale = float(coef);
   }
+  syncHostState(/*callerWrites=*/true); // a backend's device copies (resident units) come back first
   for (int p = 0; p < plan_.parameters_size(); ++p)
     updateParam(p, grads.data() + plan_.parameters(p).host_offset(), lr, gradScale);
   return stats;

@@ -8,11 +8,13 @@
 // plan's Parameter::host_offset.
 #include "runtime/ProgramRunner.h"
 #include "runtime/train/AdamW.h"
+#include "runtime/train/NonFinite.h"
 
 #include "llvm/Support/raw_ostream.h"
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 namespace megac::runtime {
@@ -37,11 +39,27 @@ struct StepStats {
 llvm::Expected<std::vector<float>> microBatchWeights(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
                                                      int64_t ignoreIndex);
 
+// How the CPU backend runs a step.
+struct CpuOptions {
+  // Through the plan's streaming schedule as the GPU runs it: weight slots,
+  // the arena and every region at the plan's offsets in a simulated device
+  // allocation, each action on its stream under the schedule's events
+  // (runtime/stream/StreamExecutor.h). false: the units' programs one after
+  // the other on fresh tensors, the reference the executor is tested against.
+  bool streamSchedule = true;
+  uint64_t streamSeed = 0; // which legal interleaving of the streams runs
+  bool checkReads = false; // check every read of the simulated memory against the write it expects
+  // The defaults, changed by MEGAC_STREAM_SEED=N, MEGAC_CHECK_READS=1 and
+  // MEGAC_CPU_DIRECT=1 where set (the test suites set MEGAC_CHECK_READS).
+  static CpuOptions fromEnvironment();
+};
+
 // The CPU backend; the CUDA runtime (runtime/cuda/CudaTrainer.h) derives from
 // it and keeps the host state and the optimizer's bookkeeping.
 class Trainer {
 public:
-  static llvm::Expected<std::unique_ptr<Trainer>> create(const plan::Plan &plan);
+  static llvm::Expected<std::unique_ptr<Trainer>> create(const plan::Plan &plan,
+                                                         const CpuOptions &opts = CpuOptions::fromEnvironment());
   virtual ~Trainer() = default;
 
   const plan::Plan &plan() const { return plan_; }
@@ -95,12 +113,19 @@ protected:
   // Tokens or targets converted to the dtype of the data activation, shape-checked.
   llvm::Expected<Tensor> dataTensor(const plan::Activation &a, const Tensor &src) const;
 
+  // The templates' programs for the CPU kernels (forward, backward, and the
+  // keep variants where a unit keeps its activations).
+  llvm::Error preparePrograms();
+  std::vector<PreparedProgram> forward_, backward_;
+  std::map<size_t, PreparedProgram> forwardKeep_, backwardKept_; // by template, where present
+
   plan::Plan plan_;
   HostState state_;
   int64_t hostElements_ = 0;
   int32_t lossId_ = -1; // the LOSS activation
   AdamWHyper hyper_;
   bool emulateCompute_ = false;
+  std::optional<NanInjection> injectNan_; // MEGAC_INJECT_NAN (runtime/train/NonFinite.h)
 
 private:
   Tensor paramTensor(int32_t id) const;
@@ -110,8 +135,6 @@ private:
                                                  std::vector<std::vector<Tensor>> *checkpoints,
                                                  std::vector<std::vector<Tensor>> *saved);
 
-  std::vector<PreparedProgram> forward_, backward_;
-  std::map<size_t, PreparedProgram> forwardKeep_, backwardKept_; // by template, where present
   // diagnoseNonFinite: the programs check every op; where the first NaN/+Inf was met.
   PreparedProgram::NonFiniteAt *check_ = nullptr;
   int32_t checkUnit_ = -1;

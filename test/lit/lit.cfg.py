@@ -15,6 +15,9 @@ config.substitutions.append(("%data", os.path.join(config.megac_src_dir, "test",
 config.substitutions.append(("%inputs", os.path.join(os.path.dirname(__file__), "Inputs")))
 config.substitutions.append(("%tools", os.path.join(config.megac_src_dir, "tools")))
 config.environment["MEGAC_THREADS"] = "2"
+# The CPU stream executor checks every read of its simulated device memory
+# against the write it expects (runtime/stream/StreamExecutor.h).
+config.environment["MEGAC_CHECK_READS"] = "1"
 # `not` (expect failure), like FileCheck, comes from the LLVM tools directory.
 config.environment["PATH"] = config.environment["PATH"] + os.pathsep + os.path.dirname(config.filecheck)
 # Headless Chromium (Debian's `chromium`) renders the `megac plan --html`

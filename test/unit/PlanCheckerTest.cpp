@@ -7,6 +7,7 @@
 #include "codegen/Compile.h"
 #include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/PlanChecker.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include "llvm/Support/FileSystem.h"
 
@@ -273,4 +274,38 @@ TEST(PlanChecker, ReadPlanRefusesAnUnsafePlan) {
   auto ok = plan::readPlan(std::string(path));
   EXPECT_TRUE(bool(ok)) << llvm::toString(ok.takeError());
   llvm::sys::fs::remove(path);
+}
+
+// The checker's lifetimes (arenaLifetimes) are its own computation; on every
+// fixture plan, with and without kept activations, they agree with the
+// planner's (computeLifetimes) value by value.
+TEST(PlanChecker, LifetimesAgreeWithThePlannersOnEveryFixture) {
+  int programs = 0, values = 0;
+  for (const char *model : {"llama", "llama_noopt", "llama_sdpa", "llama_op23", "gpt2", "gpt2_noopt", "llama_small"})
+    for (codegen::Recompute r : {codegen::Recompute::All, codegen::Recompute::None}) {
+      plan::Plan p = compileFixturePlan(model, "bf16", r);
+      for (const plan::Template &t : p.templates())
+        for (const plan::Program *prog : plan::templatePrograms(t)) {
+          auto mine = plan::arenaLifetimes(*prog);
+          auto planner = plan::computeLifetimes(*prog);
+          ASSERT_TRUE(bool(mine)) << llvm::toString(mine.takeError());
+          ASSERT_TRUE(bool(planner)) << llvm::toString(planner.takeError());
+          ASSERT_EQ(mine->size(), planner->size());
+          ++programs;
+          for (size_t v = 0; v < mine->size(); ++v) {
+            const plan::ArenaLife &a = (*mine)[v];
+            const plan::ValueLife &b = (*planner)[v];
+            SCOPED_TRACE(std::string(model) + " template '" + t.name() + "' value '" + prog->values(int(v)).name() + "'");
+            ASSERT_EQ(a.temp, b.inArena);
+            if (!a.temp) continue;
+            ++values;
+            EXPECT_EQ(a.def, b.def);
+            EXPECT_EQ(a.last, b.last);
+            EXPECT_EQ(a.root, b.root);
+            EXPECT_EQ(a.bytes, b.bytes);
+          }
+        }
+    }
+  EXPECT_GT(programs, 50);
+  EXPECT_GT(values, 1000);
 }

@@ -134,6 +134,19 @@ static cl::opt<bool> EmulateCompute(
     cl::desc("--device cpu: round every matrix product's operands as the plan's --compute mode does on the GPU "
              "(bf16 or tf32, fp32 accumulation) instead of computing in fp32"),
     RUN_SUBS);
+static cl::opt<uint64_t> StreamSeed(
+    "stream-seed",
+    cl::desc("--device cpu: which legal interleaving of the schedule's streams the CPU stream executor runs "
+             "(default 0; every seed gives the same numbers unless the schedule has a race)"),
+    cl::init(0), RUN_SUBS);
+static cl::opt<bool> CheckReads("check-reads",
+                                cl::desc("--device cpu: check every read of the simulated device memory against "
+                                         "the write it expects (a debug aid; the tests run with it)"),
+                                RUN_SUBS);
+static cl::opt<bool> CpuDirect("cpu-direct",
+                               cl::desc("--device cpu: run the units' programs one after the other instead of "
+                                        "through the plan's streaming schedule (the executor's reference)"),
+                               cl::Hidden, RUN_SUBS);
 static cl::opt<bool> OpProfile("op-profile", cl::desc("--device cuda: time every op and print GPU time by op type"),
                                RUN_SUBS);
 #undef RUN_SUBS
@@ -356,7 +369,14 @@ static int trainOnPlan(plan::Plan plan) {
   if (OpProfile && !onGpu) return reportError(flagError("--op-profile times GPU ops: it needs --device cuda"));
   if (EmulateCompute && onGpu)
     return reportError(flagError("--emulate-compute is for the CPU backend (the GPU runs the mode itself): add --device cpu"));
-  llvm::Expected<std::unique_ptr<runtime::Trainer>> trainer = onGpu ? createGpuTrainer(plan) : runtime::Trainer::create(plan);
+  if (onGpu && (StreamSeed.getNumOccurrences() || CheckReads || CpuDirect))
+    return reportError(flagError("--stream-seed, --check-reads and --cpu-direct are for the CPU backend: add --device cpu"));
+  runtime::CpuOptions cpuOpts = runtime::CpuOptions::fromEnvironment();
+  if (StreamSeed.getNumOccurrences()) cpuOpts.streamSeed = StreamSeed;
+  if (CheckReads) cpuOpts.checkReads = true;
+  if (CpuDirect) cpuOpts.streamSchedule = false;
+  llvm::Expected<std::unique_ptr<runtime::Trainer>> trainer =
+      onGpu ? createGpuTrainer(plan) : runtime::Trainer::create(plan, cpuOpts);
   if (!trainer) return reportError(trainer.takeError());
   (*trainer)->emulatePlanCompute(EmulateCompute);
   auto losses = runtime::runTraining(**trainer, lo);

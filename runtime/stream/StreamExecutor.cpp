@@ -1,0 +1,694 @@
+#include "runtime/stream/StreamExecutor.h"
+
+#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
+#include "runtime/stream/ShadowMemory.h"
+#include "runtime/stream/StreamSimulator.h"
+#include "runtime/train/NonFinite.h"
+#include "runtime/train/PlanCompute.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <optional>
+
+namespace megac::stream {
+
+using runtime::PreparedProgram;
+
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
+namespace {
+
+// Which write last filled a slot or region, this micro-batch or before.
+struct Fill {
+  int64_t pass = -1;  // the micro-batch (a counter over the run); -1: never
+  int64_t stamp = -1; // its ShadowMemory stamp
+  int unit = -1;      // whose weights / gradients (slots)
+  int action = -1;    // the action that wrote it; -1: the runtime before the first action
+};
+
+class StreamExecutor : public runtime::Trainer {
+public:
+  StreamExecutor(const plan::Plan &p, const runtime::CpuOptions &o) : Trainer(p), opts_(o) {}
+  ~StreamExecutor() override {
+    if (dev_) munmap(dev_, devBytes_);
+  }
+
+  llvm::Error init();
+  llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                         std::vector<float> *grads, float lr) override;
+  llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets) override;
+
+protected:
+  void syncHostState(bool callerWrites) override;
+
+private:
+  class ArenaShadow;
+
+  llvm::Error runPass(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale,
+                      std::vector<float> *grads, float lr, double &loss);
+  llvm::Error execute(int i);
+  llvm::Error prefetch(int i, const plan::StreamAction &a);
+  llvm::Error compute(int i, const plan::StreamAction &a);
+  llvm::Error offload(int i, const plan::StreamAction &a);
+  llvm::Error update(int i, const plan::StreamAction &a);
+  llvm::Error updateFrom(int i, int unit, const uint8_t *gradBase, bool poisoned);
+
+  std::string actionText(int i) const;
+  llvm::Expected<uint8_t *> region(plan::DeviceRegion::Kind kind, int index, int64_t atLeast, int64_t *offset = nullptr);
+  Fill fill(int action, int unit, int64_t offset, int64_t bytes, ShadowMemory &sh, const std::string &what);
+  llvm::Error expect(int i, const Fill &f, const std::string &what, int wantUnit, int64_t offset, int64_t bytes,
+                     const ShadowMemory &sh);
+  void copyResident(bool toDevice);
+  // An activation's bytes: its DATA or CHECKPOINT region, the fill that wrote it.
+  llvm::Expected<Tensor> activationView(int i, int32_t act, bool checkFilled);
+  Tensor viewOf(uint8_t *at, const plan::TensorType &t) const {
+    return Tensor::view(DType(int(t.dtype())), Shape(t.shape().begin(), t.shape().end()), at);
+  }
+  bool gradFlows(int unit, int inputPos) const {
+    const plan::Template &t = plan_.templates(plan_.units(unit).template_id());
+    return inputPos < t.input_has_gradient_size() && t.input_has_gradient(inputPos);
+  }
+
+  runtime::CpuOptions opts_;
+  const plan::StreamSchedule *s_ = nullptr;
+  uint8_t *dev_ = nullptr;
+  size_t devBytes_ = 0;
+  std::vector<uint8_t> staging_;
+  std::map<std::pair<int, int>, const plan::DeviceRegion *> regions_;
+  std::vector<plan::WeightLayout> layouts_;
+  std::vector<plan::SavedLayout> savedLayouts_; // per template
+  std::vector<int> producer_;                   // activation -> unit, -1 for data
+  std::vector<std::vector<std::pair<int, int>>> users_;
+  bool anyResident_ = false, hostNewer_ = true, deviceNewer_ = false;
+
+  ShadowMemory shadow_, stagingShadow_;
+  int64_t nextStamp_ = 0, pass_ = 0;
+  std::vector<Fill> weightSlot_, gradSlot_, stagingSlot_, activation_, activationGrad_, saved_, resident_;
+
+  // This micro-batch.
+  bool backwardPass_ = false;
+  float lossScale_ = 1, lr_ = 0;
+  std::vector<float> *grads_ = nullptr;
+  double loss_ = 0;
+  std::vector<int> pending_;
+  std::vector<std::vector<float>> partial_;
+  // The NaN/Inf check of each unit's gradients, right after its BACKWARD, as
+  // the GPU runtime does it (runtime/cuda/FiniteCheckKernels.h): the first
+  // bad unit in backward order, and the verdict that travels with each grad
+  // and staging slot (any bad unit so far). A poisoned UPDATE skips its AdamW;
+  // the pass ends, then fails naming the unit.
+  bool poison_ = false;
+  std::string firstBad_;
+  std::vector<bool> slotVerdict_, stagingVerdict_;
+  std::vector<int> bwdPos_;     // unit -> position of its BACKWARD in the schedule
+  std::vector<bool> updated_;   // per unit: its AdamW ran this micro-batch
+};
+
+llvm::Expected<std::unique_ptr<runtime::Trainer>> create(const plan::Plan &plan, const runtime::CpuOptions &opts) {
+  std::unique_ptr<StreamExecutor> t(new StreamExecutor(plan, opts));
+  if (auto e = t->init()) return std::move(e);
+  return std::unique_ptr<runtime::Trainer>(std::move(t));
+}
+
+std::string StreamExecutor::actionText(int i) const {
+  const plan::StreamAction &a = s_->actions(i);
+  std::string t = "action " + std::to_string(i) + " (" + plan::actionKindName(a.kind()) + " of '" +
+                  plan_.units(a.unit()).name() + "'";
+  if (a.weight_slot() >= 0) t += ", weight slot " + std::to_string(a.weight_slot());
+  if (a.grad_slot() >= 0) t += ", grad slot " + std::to_string(a.grad_slot());
+  return t + ")";
+}
+
+llvm::Error StreamExecutor::init() {
+  if (auto e = preparePrograms()) return e;
+  if (auto e = initHostState()) return e;
+  if (!plan_.has_schedule() || plan_.schedule().actions_size() == 0)
+    return err("the plan has no streaming schedule (compiled by an older megac?): recompile it with megac compile");
+  s_ = &plan_.schedule();
+  const plan::StreamSchedule &s = *s_;
+  if (s.weight_slots() < 1 || s.grad_slots() < 1 || s.device_bytes() < 0 || s.grad_slot_bytes() < 0)
+    return err("the plan's schedule has no slots or a negative size");
+  for (const plan::StreamAction &a : s.actions())
+    if (a.unit() < 0 || a.unit() >= plan_.units_size())
+      return err("the plan's schedule names unit " + llvm::Twine(a.unit()) + ", which does not exist");
+  // The simulated device allocation: pages are taken only where regions are touched.
+  devBytes_ = size_t(std::max<int64_t>(s.device_bytes(), 256));
+  void *m = mmap(nullptr, devBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  if (m == MAP_FAILED)
+    return err("cannot map the " + llvm::Twine(int64_t(devBytes_)) + " bytes the plan's device allocation takes");
+  dev_ = static_cast<uint8_t *>(m);
+  for (const plan::DeviceRegion &r : s.regions()) {
+    if (r.offset() < 0 || r.bytes() < 0 || r.offset() + r.bytes() > s.device_bytes())
+      return err("the plan's " + plan::DeviceRegion::Kind_Name(r.kind()) + " region " + llvm::Twine(r.index()) +
+                 " lies outside its device allocation");
+    regions_[{int(r.kind()), r.index()}] = &r;
+  }
+  for (int u = 0; u < plan_.units_size(); ++u) {
+    for (int32_t id : plan_.units(u).parameters())
+      if (id < 0 || id >= plan_.parameters_size())
+        return err("unit '" + plan_.units(u).name() + "' binds parameter " + llvm::Twine(id) + ", which does not exist");
+    layouts_.push_back(plan::unitWeightLayout(plan_, u));
+    if (plan_.units(u).resident()) {
+      if (!plan::canBeResident(plan_, u))
+        return err("unit '" + plan_.units(u).name() + "' is resident, but it shares a parameter with another unit or has none");
+      anyResident_ = true;
+    }
+  }
+  for (const plan::Template &t : plan_.templates()) savedLayouts_.push_back(plan::hasKeepPrograms(t) ? plan::savedLayout(t) : plan::SavedLayout{});
+  const int A = plan_.activations_size();
+  producer_.assign(size_t(A), -1);
+  users_.assign(size_t(A), {});
+  for (int u = 0; u < plan_.units_size(); ++u) {
+    for (int32_t a : plan_.units(u).activation_outputs()) {
+      if (a < 0 || a >= A) return err("unit '" + plan_.units(u).name() + "' writes an activation that does not exist");
+      producer_[size_t(a)] = u;
+    }
+    for (int k = 0; k < plan_.units(u).activation_inputs_size(); ++k) {
+      int32_t a = plan_.units(u).activation_inputs(k);
+      if (a < 0 || a >= A) return err("unit '" + plan_.units(u).name() + "' reads an activation that does not exist");
+      users_[size_t(a)].push_back({u, k});
+    }
+  }
+  try {
+    staging_.assign(size_t(s.grad_slots()) * size_t(s.grad_slot_bytes()), 0);
+  } catch (const std::bad_alloc &) {
+    return err("cannot allocate the " + llvm::Twine(int64_t(s.grad_slots()) * s.grad_slot_bytes()) +
+               " bytes of the plan's host staging slots");
+  }
+  bwdPos_.assign(size_t(plan_.units_size()), -1);
+  for (int i = 0; i < s.actions_size(); ++i)
+    if (s.actions(i).kind() == plan::StreamAction::BACKWARD) bwdPos_[size_t(s.actions(i).unit())] = i;
+  slotVerdict_.assign(size_t(s.grad_slots()), false);
+  stagingVerdict_ = slotVerdict_;
+  weightSlot_.assign(size_t(s.weight_slots()), {});
+  gradSlot_.assign(size_t(s.grad_slots()), {});
+  stagingSlot_ = gradSlot_;
+  activation_.assign(size_t(A), {});
+  activationGrad_ = activation_;
+  saved_.assign(size_t(plan_.units_size()), {});
+  resident_ = saved_;
+  return llvm::Error::success();
+}
+
+llvm::Expected<uint8_t *> StreamExecutor::region(plan::DeviceRegion::Kind kind, int index, int64_t atLeast,
+                                                 int64_t *offset) {
+  auto it = regions_.find({int(kind), index});
+  if (it == regions_.end())
+    return err("the plan's device layout has no " + plan::DeviceRegion::Kind_Name(kind) + " region " + llvm::Twine(index));
+  if (it->second->bytes() < atLeast)
+    return err("the plan's " + plan::DeviceRegion::Kind_Name(kind) + " region " + llvm::Twine(index) + " holds " +
+               llvm::Twine(it->second->bytes()) + " bytes; it needs " + llvm::Twine(atLeast));
+  if (offset) *offset = it->second->offset();
+  return dev_ + it->second->offset();
+}
+
+Fill StreamExecutor::fill(int action, int unit, int64_t offset, int64_t bytes, ShadowMemory &sh, const std::string &what) {
+  Fill f{pass_, nextStamp_++, unit, action};
+  if (opts_.checkReads)
+    sh.write(offset, bytes, {f.stamp, what + " written by " + (action >= 0 ? actionText(action) : std::string("the runtime"))});
+  return f;
+}
+
+llvm::Error StreamExecutor::expect(int i, const Fill &f, const std::string &what, int wantUnit, int64_t offset,
+                                   int64_t bytes, const ShadowMemory &sh) {
+  auto by = [&](int action) { return action >= 0 ? actionText(action) : std::string("the runtime"); };
+  if (f.pass != pass_)
+    return err("schedule: " + actionText(i) + " reads " + what + " before anything filled it this micro-batch" +
+               (f.pass >= 0 ? " (it holds what " + by(f.action) + " wrote before)" : std::string()));
+  if (wantUnit >= 0 && f.unit != wantUnit)
+    return err("schedule: " + actionText(i) + " reads " + what + ", which holds unit '" + plan_.units(f.unit).name() +
+               "''s, written by " + by(f.action));
+  if (opts_.checkReads) {
+    std::string bad = sh.check(offset, bytes, f.stamp);
+    if (!bad.empty())
+      return err("schedule: " + actionText(i) + " reads " + what + " (filled by " + by(f.action) + "), but its " + bad);
+  }
+  return llvm::Error::success();
+}
+
+// The arena of one program run: the observer stamps what each op writes and
+// checks what it reads (CpuOptions::checkReads).
+class StreamExecutor::ArenaShadow : public PreparedProgram::ArenaObserver {
+public:
+  ArenaShadow(StreamExecutor &x, int action, int64_t base, size_t values, const std::string &program)
+      : x_(x), action_(action), base_(base), stamps_(values, -1), program_(program) {}
+  llvm::Error read(int64_t offset, int64_t bytes, int32_t tag, const std::string &value, const std::string &op) override {
+    int64_t want = tag >= 0 && size_t(tag) < stamps_.size() ? stamps_[size_t(tag)] : -1;
+    std::string bad = x_.shadow_.check(base_ + offset, bytes, want);
+    if (bad.empty()) return llvm::Error::success();
+    return err("schedule: " + x_.actionText(action_) + ": " + program_ + " op '" + op + "' reads '" + value +
+               "' in the arena, but its " + bad);
+  }
+  void write(int64_t offset, int64_t bytes, int32_t tag) override {
+    int64_t st = x_.nextStamp_++;
+    if (tag >= 0 && size_t(tag) < stamps_.size()) stamps_[size_t(tag)] = st;
+    x_.shadow_.write(base_ + offset, bytes,
+                     {st, "an arena value (#" + std::to_string(tag) + ") of " + program_ + " in " + x_.actionText(action_)});
+  }
+
+private:
+  StreamExecutor &x_;
+  int action_;
+  int64_t base_;
+  std::vector<int64_t> stamps_;
+  std::string program_;
+};
+
+void StreamExecutor::copyResident(bool toDevice) {
+  for (int u = 0; u < plan_.units_size(); ++u) {
+    if (!plan_.units(u).resident()) continue;
+    const plan::Unit &unit = plan_.units(u);
+    const plan::ResidentLayout rl = plan::residentLayout(plan_, u);
+    int64_t off = 0;
+    auto base = region(plan::DeviceRegion::RESIDENT, u, rl.bytes, &off);
+    if (!base) { // init's plan and the checker make this unreachable; say it rather than write anywhere
+      llvm::report_fatal_error(llvm::Twine("megac: ") + llvm::toString(base.takeError()), false);
+    }
+    for (auto [at, host] : {std::pair<int64_t, std::vector<float> *>{rl.weights, &state_.params},
+                            {rl.m, &state_.m},
+                            {rl.v, &state_.v}})
+      for (int k = 0; k < unit.parameters_size(); ++k) {
+        const plan::Parameter &p = plan_.parameters(unit.parameters(k));
+        uint8_t *dev = *base + at + layouts_[size_t(u)].offsets[size_t(k)];
+        float *h = host->data() + p.host_offset();
+        if (toDevice) std::memcpy(dev, h, size_t(p.numel()) * 4);
+        else std::memcpy(h, dev, size_t(p.numel()) * 4);
+      }
+    if (toDevice) {
+      resident_[size_t(u)] = fill(-1, u, off, rl.bytes, shadow_, "the weights and moments of resident unit '" + unit.name() + "'");
+      resident_[size_t(u)].pass = -2; // valid in every micro-batch until an UPDATE rewrites it
+    }
+  }
+}
+
+void StreamExecutor::syncHostState(bool callerWrites) {
+  if (!anyResident_) return;
+  if (deviceNewer_) {
+    copyResident(false);
+    deviceNewer_ = false;
+  }
+  hostNewer_ |= callerWrites;
+}
+
+llvm::Expected<Tensor> StreamExecutor::activationView(int i, int32_t act, bool checkFilled) {
+  const plan::Activation &a = plan_.activations(act);
+  const int64_t bytes = plan::typeBytes(a.type());
+  const auto kind = producer_[size_t(act)] < 0 ? plan::DeviceRegion::DATA : plan::DeviceRegion::CHECKPOINT;
+  int64_t off = 0;
+  auto p = region(kind, act, bytes, &off);
+  if (!p) return p.takeError();
+  if (checkFilled)
+    if (auto e = expect(i, activation_[size_t(act)], "activation '" + a.name() + "'", -1, off, bytes, shadow_))
+      return std::move(e);
+  return viewOf(*p, a.type());
+}
+
+llvm::Error StreamExecutor::prefetch(int i, const plan::StreamAction &a) {
+  const int u = a.unit(), k = a.weight_slot();
+  const plan::Unit &unit = plan_.units(u);
+  if (unit.resident()) return err("schedule: " + actionText(i) + ": the unit is resident; its weights do not stream");
+  if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  int64_t off = 0;
+  auto slot = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &off);
+  if (!slot) return slot.takeError();
+  for (int j = 0; j < unit.parameters_size(); ++j) {
+    const plan::Parameter &p = plan_.parameters(unit.parameters(j));
+    std::memcpy(*slot + lay.offsets[size_t(j)], state_.params.data() + p.host_offset(), size_t(p.numel()) * 4);
+  }
+  weightSlot_[size_t(k)] = fill(i, u, off, lay.bytes, shadow_, "weight slot " + std::to_string(k) + " (unit '" + unit.name() + "')");
+  return llvm::Error::success();
+}
+
+llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
+  const bool fwd = a.kind() == plan::StreamAction::FORWARD;
+  const int u = a.unit();
+  const plan::Unit &unit = plan_.units(u);
+  const size_t tid = size_t(unit.template_id());
+  if (tid >= forward_.size()) return err("schedule: " + actionText(i) + ": the unit has no template");
+  const plan::Template &tp = plan_.templates(int(tid));
+  const bool keep = unit.keep_activations();
+  const PreparedProgram &prog = keep ? (fwd ? forwardKeep_ : backwardKept_).at(tid) : (fwd ? forward_ : backward_)[tid];
+  const plan::Program &pp = fwd ? plan::forwardProgram(plan_, u) : plan::backwardProgram(plan_, u);
+  const std::string progName = "template '" + tp.name() + "' " + (fwd ? "forward" : "backward");
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  std::vector<Tensor> args, results;
+
+  for (int32_t act : unit.activation_inputs()) {
+    auto v = activationView(i, act, true);
+    if (!v) return v.takeError();
+    args.push_back(*v);
+  }
+  // The weights: the unit's weight slot, or its RESIDENT region.
+  uint8_t *w = nullptr;
+  if (unit.resident()) {
+    const plan::ResidentLayout rl = plan::residentLayout(plan_, u);
+    int64_t off = 0;
+    auto r = region(plan::DeviceRegion::RESIDENT, u, rl.bytes, &off);
+    if (!r) return r.takeError();
+    if (resident_[size_t(u)].stamp < 0) return err("schedule: " + actionText(i) + ": the resident unit's weights were never copied in");
+    if (opts_.checkReads) {
+      std::string bad = shadow_.check(off + rl.weights, lay.bytes, resident_[size_t(u)].stamp);
+      if (!bad.empty()) return err("schedule: " + actionText(i) + " reads the weights of resident unit '" + unit.name() + "', but its " + bad);
+    }
+    w = *r + rl.weights;
+  } else {
+    const int k = a.weight_slot();
+    if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
+    int64_t off = 0;
+    auto slot = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &off);
+    if (!slot) return slot.takeError();
+    if (auto e = expect(i, weightSlot_[size_t(k)], "weight slot " + std::to_string(k), u, off, lay.bytes, shadow_)) return e;
+    w = *slot;
+  }
+  for (int j = 0; j < unit.parameters_size(); ++j)
+    args.push_back(viewOf(w + lay.offsets[size_t(j)], plan_.parameters(unit.parameters(j)).type()));
+
+  // A keeping unit's saved values: its FORWARD writes them, its BACKWARD reads them.
+  std::vector<Tensor> saved;
+  int64_t savedOff = 0;
+  if (keep) {
+    const plan::SavedLayout &sl = savedLayouts_[tid];
+    auto base = region(plan::DeviceRegion::SAVED, u, sl.bytes, &savedOff);
+    if (!base) return base.takeError();
+    const plan::Program &f = tp.forward_keep();
+    for (size_t k = 0; k < sl.offsets.size(); ++k) {
+      int32_t v = f.results(tp.num_activation_outputs() + int(k));
+      saved.push_back(viewOf(*base + sl.offsets[k], f.values(v).type()));
+    }
+    if (!fwd)
+      if (auto e = expect(i, saved_[size_t(u)], "the saved values of unit '" + unit.name() + "'", -1, savedOff, sl.bytes, shadow_))
+        return e;
+  }
+
+  // Input gradients that go to a temporary (another consumer's is in the
+  // region already: summed after the run; or data, whose gradient nothing reads).
+  std::vector<Tensor> viaTemp;
+  int64_t gslotOff = 0;
+  if (fwd) {
+    for (int32_t act : unit.activation_outputs()) {
+      auto v = activationView(i, act, false);
+      if (!v) return v.takeError();
+      results.push_back(*v);
+    }
+    results.insert(results.end(), saved.begin(), saved.end());
+  } else {
+    for (int32_t act : unit.activation_outputs()) {
+      const plan::Activation &ac = plan_.activations(act);
+      const int64_t bytes = plan::typeBytes(ac.type());
+      int64_t off = 0;
+      auto g = region(plan::DeviceRegion::ACTIVATION_GRAD, act, bytes, &off);
+      if (!g) return g.takeError();
+      bool fromConsumer = false;
+      for (auto [c, pos] : users_[size_t(act)]) fromConsumer |= gradFlows(c, pos);
+      if (ac.kind() == plan::Activation::LOSS || !fromConsumer) {
+        // The loss's seed, or zeros where no later unit differentiates it: the runtime fills it now.
+        Tensor t = viewOf(*g, ac.type());
+        std::memset(*g, 0, size_t(bytes));
+        if (ac.kind() == plan::Activation::LOSS) t.setFromDouble(0, lossScale_);
+        activationGrad_[size_t(act)] = fill(i, -1, off, bytes, shadow_, "the gradient of '" + ac.name() + "'");
+      } else if (auto e = expect(i, activationGrad_[size_t(act)], "the gradient of '" + ac.name() + "'", -1, off, bytes, shadow_)) {
+        return e;
+      }
+      args.push_back(viewOf(*g, ac.type()));
+    }
+    args.insert(args.end(), saved.begin(), saved.end());
+    for (int k = 0; k < unit.activation_inputs_size(); ++k) {
+      if (!tp.input_has_gradient(k)) continue;
+      const int32_t act = unit.activation_inputs(k);
+      const plan::Activation &ac = plan_.activations(act);
+      if (producer_[size_t(act)] < 0 || activationGrad_[size_t(act)].pass == pass_) {
+        viaTemp.push_back(Tensor(DType(int(ac.type().dtype())), Shape(ac.type().shape().begin(), ac.type().shape().end())));
+        results.push_back(viaTemp.back());
+        continue;
+      }
+      viaTemp.emplace_back();
+      auto g = region(plan::DeviceRegion::ACTIVATION_GRAD, act, plan::typeBytes(ac.type()));
+      if (!g) return g.takeError();
+      results.push_back(viewOf(*g, ac.type()));
+    }
+    const int gs = a.grad_slot();
+    if (gs < 0 || gs >= s_->grad_slots()) return err("schedule: " + actionText(i) + " names no grad slot");
+    auto gslot = region(plan::DeviceRegion::GRAD_SLOT, gs, lay.bytes, &gslotOff);
+    if (!gslot) return gslot.takeError();
+    for (int j = 0; j < unit.parameters_size(); ++j)
+      results.push_back(viewOf(*gslot + lay.offsets[size_t(j)], plan_.parameters(unit.parameters(j)).type()));
+  }
+
+  int64_t arenaOff = 0;
+  auto arena = region(plan::DeviceRegion::ARENA, 0, prog.arenaBytes(), &arenaOff);
+  if (!arena) return arena.takeError();
+  std::optional<ArenaShadow> obs;
+  if (opts_.checkReads) obs.emplace(*this, i, arenaOff, size_t(pp.values_size()), progName);
+  if (auto e = prog.runInArena(args, *arena, regions_.at({int(plan::DeviceRegion::ARENA), 0})->bytes(), results,
+                               obs ? &*obs : nullptr))
+    return err("unit '" + unit.name() + "'" + (fwd ? "" : " backward") + ": " + llvm::toString(std::move(e)));
+
+  // What the action wrote.
+  if (fwd) {
+    for (int32_t act : unit.activation_outputs()) {
+      const plan::Activation &ac = plan_.activations(act);
+      int64_t off = regions_.at({int(plan::DeviceRegion::CHECKPOINT), act})->offset();
+      activation_[size_t(act)] = fill(i, -1, off, plan::typeBytes(ac.type()), shadow_, "activation '" + ac.name() + "'");
+      if (ac.kind() == plan::Activation::LOSS) {
+        auto v = activationView(i, act, false);
+        if (!v) return v.takeError();
+        loss_ = v->getAsDouble(0);
+        if (backwardPass_ && !std::isfinite(loss_) && !plan_.optimizer().no_finite_check())
+          return llvm::make_error<runtime::NonFiniteError>(
+              "the loss is " + std::to_string(loss_) + " (forward, before any update)", "");
+      }
+    }
+    if (keep)
+      saved_[size_t(u)] = fill(i, -1, savedOff, savedLayouts_[tid].bytes, shadow_, "the saved values of unit '" + unit.name() + "'");
+    return llvm::Error::success();
+  }
+  size_t r = 0;
+  for (int k = 0; k < unit.activation_inputs_size(); ++k) {
+    if (!tp.input_has_gradient(k)) continue;
+    const int32_t act = unit.activation_inputs(k);
+    const plan::Activation &ac = plan_.activations(act);
+    const int64_t bytes = plan::typeBytes(ac.type());
+    const Tensor &tmp = viaTemp[r++];
+    if (producer_[size_t(act)] < 0) continue; // data: nothing reads its gradient
+    int64_t off = regions_.at({int(plan::DeviceRegion::ACTIVATION_GRAD), act})->offset();
+    if (tmp.defined()) { // another consumer's gradient is there: add this one, as the direct path does
+      if (auto e = expect(i, activationGrad_[size_t(act)], "the gradient of '" + ac.name() + "'", -1, off, bytes, shadow_)) return e;
+      float *d = reinterpret_cast<float *>(dev_ + off);
+      const float *sv = tmp.data<float>();
+      for (int64_t x = 0; x < tmp.numel(); ++x) d[x] += sv[x];
+    }
+    activationGrad_[size_t(act)] = fill(i, -1, off, bytes, shadow_, "the gradient of '" + ac.name() + "'");
+  }
+  if (injectNan_ && injectNan_->at(unit.name(), state_.step) && unit.parameters_size() > 0)
+    reinterpret_cast<float *>(dev_ + gslotOff + lay.offsets[0])[0] = NAN;
+  if (!plan_.optimizer().no_finite_check() && backwardPass_) {
+    for (int k = 0; k < unit.parameters_size() && !poison_; ++k) {
+      const plan::Parameter &p = plan_.parameters(unit.parameters(k));
+      const float *g = reinterpret_cast<const float *>(dev_ + gslotOff + lay.offsets[size_t(k)]);
+      int64_t bad = runtime::firstNonFinite(g, p.numel());
+      if (bad < 0) continue;
+      poison_ = true;
+      firstBad_ = "unit '" + unit.name() + "' backward: the gradient of '" + p.name() + "' holds " +
+                  std::to_string(g[bad]) + " at element " + std::to_string(bad) +
+                  "; its update and the rest of the step were stopped";
+    }
+    slotVerdict_[size_t(a.grad_slot())] = poison_;
+  }
+  gradSlot_[size_t(a.grad_slot())] =
+      fill(i, u, gslotOff, lay.bytes, shadow_, "grad slot " + std::to_string(a.grad_slot()) + " (unit '" + unit.name() + "')");
+  return llvm::Error::success();
+}
+
+llvm::Error StreamExecutor::offload(int i, const plan::StreamAction &a) {
+  const int u = a.unit(), g = a.grad_slot();
+  if (plan_.units(u).resident()) return err("schedule: " + actionText(i) + ": the unit is resident; its gradients stay");
+  if (g < 0 || g >= s_->grad_slots()) return err("schedule: " + actionText(i) + " names no grad slot");
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  int64_t off = 0;
+  auto slot = region(plan::DeviceRegion::GRAD_SLOT, g, lay.bytes, &off);
+  if (!slot) return slot.takeError();
+  if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, off, lay.bytes, shadow_)) return e;
+  if (lay.bytes > s_->grad_slot_bytes()) return err("schedule: " + actionText(i) + ": the unit's gradients do not fit a staging slot");
+  const int64_t stagingOff = int64_t(g) * s_->grad_slot_bytes();
+  std::memcpy(staging_.data() + stagingOff, *slot, size_t(lay.bytes));
+  stagingVerdict_[size_t(g)] = slotVerdict_[size_t(g)];
+  stagingSlot_[size_t(g)] = fill(i, u, stagingOff, lay.bytes, stagingShadow_,
+                                 "staging slot " + std::to_string(g) + " (unit '" + plan_.units(u).name() + "')");
+  return llvm::Error::success();
+}
+
+// The host's AdamW over one unit's gradients, as the direct CPU path applies it.
+llvm::Error StreamExecutor::updateFrom(int i, int u, const uint8_t *base, bool poisoned) {
+  const plan::Unit &unit = plan_.units(u);
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  if (poisoned) return llvm::Error::success(); // this unit or one before it held NaN/Inf: no update
+  uint8_t *res = nullptr;
+  plan::ResidentLayout rl;
+  int64_t resOff = 0;
+  if (unit.resident() && !grads_) {
+    rl = plan::residentLayout(plan_, u);
+    auto r = region(plan::DeviceRegion::RESIDENT, u, rl.bytes, &resOff);
+    if (!r) return r.takeError();
+    res = *r;
+  }
+  for (int k = 0; k < unit.parameters_size(); ++k) {
+    const int32_t pid = unit.parameters(k);
+    const plan::Parameter &p = plan_.parameters(pid);
+    const float *g = reinterpret_cast<const float *>(base + lay.offsets[size_t(k)]);
+    if (grads_) {
+      float *dst = grads_->data() + p.host_offset();
+      for (int64_t x = 0; x < p.numel(); ++x) dst[x] += g[x];
+      continue;
+    }
+    if (res) { // a resident unit's AdamW, on its weights and moments in the RESIDENT region
+      runtime::AdamWHyper h = hyper_;
+      h.lr = lr_;
+      const int64_t o = lay.offsets[size_t(k)];
+      runtime::adamwUpdateParallel(reinterpret_cast<float *>(res + rl.weights + o), g,
+                                   reinterpret_cast<float *>(res + rl.m + o), reinterpret_cast<float *>(res + rl.v + o),
+                                   p.numel(), state_.step, h, p.decay(), 1.0f);
+      continue;
+    }
+    if (p.units_size() > 1) { // tied: summed until its last unit's gradient arrives
+      auto &acc = partial_[size_t(pid)];
+      if (acc.empty()) acc.assign(g, g + p.numel());
+      else
+        for (int64_t x = 0; x < p.numel(); ++x) acc[size_t(x)] += g[x];
+      if (--pending_[size_t(pid)] > 0) continue;
+      updateParam(pid, acc.data(), lr_, 1.0f);
+      acc.clear();
+      acc.shrink_to_fit();
+    } else {
+      updateParam(pid, g, lr_, 1.0f);
+    }
+  }
+  if (res) {
+    resident_[size_t(u)] = fill(i, u, resOff, rl.bytes, shadow_, "the weights and moments of resident unit '" + unit.name() + "'");
+    resident_[size_t(u)].pass = -2;
+    deviceNewer_ = true;
+  }
+  if (!grads_) updated_[size_t(u)] = true;
+  return llvm::Error::success();
+}
+
+llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
+  const int u = a.unit(), g = a.grad_slot();
+  if (g < 0 || g >= s_->grad_slots()) return err("schedule: " + actionText(i) + " names no grad slot");
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  if (plan_.units(u).resident()) { // on the compute stream, from the grad slot
+    if (a.stream() == plan::StreamAction::CPU) return err("schedule: " + actionText(i) + ": a resident unit's UPDATE runs on the compute stream");
+    int64_t off = 0;
+    auto slot = region(plan::DeviceRegion::GRAD_SLOT, g, lay.bytes, &off);
+    if (!slot) return slot.takeError();
+    if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, off, lay.bytes, shadow_)) return e;
+    return updateFrom(i, u, *slot, poison_ && !plan_.optimizer().no_finite_check());
+  }
+  if (a.stream() != plan::StreamAction::CPU) return err("schedule: " + actionText(i) + ": a streamed unit's UPDATE runs on the CPU");
+  const int64_t off = int64_t(g) * s_->grad_slot_bytes();
+  if (auto e = expect(i, stagingSlot_[size_t(g)], "staging slot " + std::to_string(g), u, off, lay.bytes, stagingShadow_)) return e;
+  return updateFrom(i, u, staging_.data() + off, stagingVerdict_[size_t(g)]);
+}
+
+llvm::Error StreamExecutor::execute(int i) {
+  const plan::StreamAction &a = s_->actions(i);
+  switch (a.kind()) {
+  case plan::StreamAction::PREFETCH: return prefetch(i, a);
+  case plan::StreamAction::FORWARD:
+  case plan::StreamAction::BACKWARD: return compute(i, a);
+  case plan::StreamAction::OFFLOAD: return offload(i, a);
+  case plan::StreamAction::UPDATE: return update(i, a);
+  default: return err("schedule: action " + llvm::Twine(i) + " has an unknown kind");
+  }
+}
+
+llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale,
+                                    std::vector<float> *grads, float lr, double &loss) {
+  ++pass_;
+  backwardPass_ = backward;
+  lossScale_ = lossScale;
+  lr_ = lr;
+  grads_ = grads;
+  loss_ = NAN;
+  updated_.assign(size_t(plan_.units_size()), false);
+  poison_ = false;
+  firstBad_.clear();
+  pending_.assign(size_t(plan_.parameters_size()), 0);
+  for (int p = 0; p < plan_.parameters_size(); ++p) pending_[size_t(p)] = plan_.parameters(p).units_size();
+  partial_.assign(size_t(plan_.parameters_size()), {});
+  if (anyResident_ && hostNewer_) {
+    copyResident(true);
+    hostNewer_ = false;
+  }
+  // The micro-batch's data, before any action.
+  for (int i = 0; i < plan_.activations_size(); ++i) {
+    const plan::Activation &a = plan_.activations(i);
+    if (a.kind() != plan::Activation::DATA_TOKENS && a.kind() != plan::Activation::DATA_TARGETS) continue;
+    if (users_[size_t(i)].empty()) continue;
+    auto t = dataTensor(a, a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets);
+    if (!t) return t.takeError();
+    int64_t off = 0;
+    auto p = region(plan::DeviceRegion::DATA, i, int64_t(t->nbytes()), &off);
+    if (!p) return p.takeError();
+    std::memcpy(*p, t->raw(), t->nbytes());
+    activation_[size_t(i)] = fill(-1, -1, off, int64_t(t->nbytes()), shadow_, "data '" + a.name() + "'");
+  }
+  std::vector<int> actions;
+  int last = s_->actions_size() - 1;
+  if (!backward) {
+    last = -1;
+    for (int i = 0; i < s_->actions_size(); ++i)
+      if (s_->actions(i).kind() == plan::StreamAction::FORWARD) last = i;
+  }
+  for (int i = 0; i <= last; ++i) {
+    const auto k = s_->actions(i).kind();
+    if (backward || k == plan::StreamAction::PREFETCH || k == plan::StreamAction::FORWARD) actions.push_back(i);
+  }
+  runtime::PlanComputeScope compute(plan_, emulateCompute_);
+  // Each micro-batch its own interleaving, the same in every run with this seed.
+  if (auto e = simulateStreams(*s_, actions, opts_.streamSeed * 0x9e3779b97f4a7c15ull + uint64_t(pass_),
+                               [&](int i) { return execute(i); }))
+    return e;
+  if (poison_) {
+    std::vector<int> order;
+    for (int u = 0; u < plan_.units_size(); ++u)
+      if (updated_[size_t(u)]) order.push_back(u);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return bwdPos_[size_t(a)] < bwdPos_[size_t(b)]; });
+    std::string updated;
+    for (int u : order) updated += (updated.empty() ? "unit '" : ", '") + plan_.units(u).name() + "'";
+    return llvm::make_error<runtime::NonFiniteError>(firstBad_, updated);
+  }
+  loss = loss_;
+  return llvm::Error::success();
+}
+
+llvm::Expected<double> StreamExecutor::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                                       std::vector<float> *grads, float lr) {
+  if (grads && int64_t(grads->size()) < hostElements_) return err("forwardBackward: the gradient array is too small");
+  double loss = 0;
+  if (auto e = runPass(tokens, targets, true, lossScale, grads, lr, loss)) return std::move(e);
+  return loss;
+}
+
+llvm::Expected<double> StreamExecutor::evalLoss(const Tensor &tokens, const Tensor &targets) {
+  double loss = 0;
+  if (auto e = runPass(tokens, targets, false, 1.0f, nullptr, 0.0f, loss)) return std::move(e);
+  return loss;
+}
+
+} // namespace
+
+llvm::Expected<std::unique_ptr<runtime::Trainer>> createStreamExecutor(const plan::Plan &plan,
+                                                                       const runtime::CpuOptions &opts) {
+  return create(plan, opts);
+}
+
+} // namespace megac::stream

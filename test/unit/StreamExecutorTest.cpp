@@ -1,0 +1,182 @@
+// The CPU stream executor (runtime/stream/StreamExecutor.h): a step through
+// the plan's schedule gives the direct CPU path's numbers bit for bit, under
+// every seed (every legal interleaving of the streams), on every fixture and
+// schedule shape; and the stream simulator (StreamSimulator.h) keeps each
+// stream's order and every wait while different seeds interleave differently.
+#include "FixtureTestUtil.h"
+
+#include "runtime/stream/StreamSimulator.h"
+
+#include <cstring>
+#include <set>
+
+using namespace megac;
+using namespace megac::testing;
+
+namespace {
+
+struct RunResult {
+  std::vector<double> losses;
+  runtime::HostState state;
+};
+
+// `steps` optimizer steps on the fixture's reference batch (two micro-batches
+// a step where `microBatches` is 2: the batch, then its rows swapped).
+RunResult train(const plan::Plan &p, const std::string &model, const runtime::CpuOptions &o, int steps,
+                int microBatches = 1) {
+  RunResult r;
+  auto t = withWeights(runtime::Trainer::create(p, o), p);
+  if (!t) return r;
+  Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
+  std::vector<std::pair<Tensor, Tensor>> mbs{{ids, targets}};
+  if (microBatches == 2) { // the rows in the other order: another micro-batch of the same shape
+    Tensor ids2 = ids.clone(), tg2 = targets.clone();
+    const size_t row = ids.nbytes() / size_t(ids.dim(0)), trow = targets.nbytes() / size_t(targets.dim(0));
+    for (int64_t b = 0; b < ids.dim(0); ++b) {
+      std::memcpy(static_cast<uint8_t *>(ids2.raw()) + size_t(b) * row,
+                  static_cast<const uint8_t *>(ids.raw()) + size_t(ids.dim(0) - 1 - b) * row, row);
+      std::memcpy(static_cast<uint8_t *>(tg2.raw()) + size_t(b) * trow,
+                  static_cast<const uint8_t *>(targets.raw()) + size_t(targets.dim(0) - 1 - b) * trow, trow);
+    }
+    mbs.push_back({ids2, tg2});
+  }
+  for (int s = 0; s < steps; ++s) {
+    auto st = t->step(mbs, 1e-2f);
+    if (!st) {
+      ADD_FAILURE() << llvm::toString(st.takeError());
+      return r;
+    }
+    r.losses.push_back(st->loss);
+  }
+  auto l = t->evalLoss(ids, targets);
+  if (!l) ADD_FAILURE() << llvm::toString(l.takeError());
+  else r.losses.push_back(*l);
+  r.state = t->currentState();
+  return r;
+}
+
+bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
+}
+
+void expectIdentical(const RunResult &direct, const RunResult &streamed, const std::string &what) {
+  ASSERT_EQ(streamed.losses.size(), direct.losses.size()) << what;
+  for (size_t i = 0; i < direct.losses.size(); ++i)
+    EXPECT_EQ(std::memcmp(&streamed.losses[i], &direct.losses[i], sizeof(double)), 0)
+        << what << ": loss " << i << " " << streamed.losses[i] << " vs " << direct.losses[i];
+  EXPECT_TRUE(sameBits(streamed.state.params, direct.state.params)) << what << ": weights differ";
+  EXPECT_TRUE(sameBits(streamed.state.m, direct.state.m)) << what << ": AdamW m differs";
+  EXPECT_TRUE(sameBits(streamed.state.v, direct.state.v)) << what << ": AdamW v differs";
+  EXPECT_EQ(streamed.state.step, direct.state.step) << what;
+}
+
+runtime::CpuOptions direct() {
+  runtime::CpuOptions o;
+  o.streamSchedule = false;
+  return o;
+}
+
+runtime::CpuOptions streamed(uint64_t seed) {
+  runtime::CpuOptions o;
+  o.streamSeed = seed;
+  o.checkReads = true;
+  return o;
+}
+
+class StreamExecutor : public ::testing::TestWithParam<const char *> {};
+
+// Streamed units, resident ones (their AdamW in the RESIDENT region), kept
+// activations (SAVED regions), --clip and two micro-batches (gradients summed
+// on the host, AdamW after the step): 3 steps and an evaluation each, the
+// direct path against the executor under three seeds.
+TEST_P(StreamExecutor, BitIdenticalToTheDirectPathUnderEverySeed) {
+  const std::string model = GetParam();
+  struct Variant {
+    const char *name;
+    codegen::Recompute recompute;
+    int resident;
+    float clip;
+    int microBatches;
+  };
+  const Variant variants[] = {{"streamed", codegen::Recompute::All, 0, 0, 1},
+                              {"2 resident units", codegen::Recompute::All, 2, 0, 1},
+                              {"kept activations", codegen::Recompute::None, 0, 0, 1},
+                              {"--clip 0.5, 2 micro-batches, 1 resident", codegen::Recompute::All, 1, 0.5f, 2}};
+  for (const Variant &v : variants) {
+    plan::Plan p = compileFixturePlan(model, "fp32", v.recompute, 16, v.resident, v.clip);
+    ASSERT_TRUE(p.has_schedule()) << model;
+    RunResult want = train(p, model, direct(), 3, v.microBatches);
+    ASSERT_EQ(want.losses.size(), 4u) << model << " " << v.name;
+    for (uint64_t seed : {0, 1, 2}) {
+      RunResult got = train(p, model, streamed(seed), 3, v.microBatches);
+      expectIdentical(want, got, model + ", " + v.name + ", seed " + std::to_string(seed));
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Fixtures, StreamExecutor,
+                         ::testing::Values("llama", "llama_noopt", "llama_sdpa", "llama_op23", "gpt2", "gpt2_noopt",
+                                           "llama_small"));
+
+// The order the simulator runs the actions in: each stream's actions in issue
+// order, each wait after the record it refers to, and other seeds other orders.
+TEST(StreamSimulator, KeepsStreamOrderAndWaitsAndVariesWithTheSeed) {
+  plan::Plan p = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 0);
+  const plan::StreamSchedule &s = p.schedule();
+  std::vector<int> all;
+  for (int i = 0; i < s.actions_size(); ++i) all.push_back(i);
+  std::set<std::vector<int>> orders;
+  for (uint64_t seed = 0; seed < 16; ++seed) {
+    std::vector<int> trace;
+    auto e = stream::simulateStreams(s, all, seed, [](int) { return llvm::Error::success(); }, &trace);
+    ASSERT_FALSE(bool(e)) << llvm::toString(std::move(e));
+    ASSERT_EQ(trace.size(), all.size());
+    std::vector<int> ranAt(all.size(), -1);
+    for (size_t k = 0; k < trace.size(); ++k) ranAt[size_t(trace[k])] = int(k);
+    for (int i = 0; i < s.actions_size(); ++i) {
+      const plan::StreamAction &a = s.actions(i);
+      // Stream order.
+      for (int j = 0; j < i; ++j)
+        if (s.actions(j).stream() == a.stream()) EXPECT_LT(ranAt[size_t(j)], ranAt[size_t(i)]) << "seed " << seed;
+      // Each wait: the latest record issued before i ran before i.
+      for (int32_t w : a.waits())
+        for (int j = i - 1; j >= 0; --j) {
+          const auto &r = s.actions(j).records();
+          if (std::find(r.begin(), r.end(), w) == r.end()) continue;
+          EXPECT_LT(ranAt[size_t(j)], ranAt[size_t(i)]) << "seed " << seed << ": action " << i << " waits " << s.events(w);
+          break;
+        }
+    }
+    orders.insert(trace);
+  }
+  EXPECT_GE(orders.size(), 4u) << "16 seeds gave only " << orders.size() << " interleavings";
+}
+
+// Waits refer to records issued before the waiting action (as CUDA's do), so
+// a wait for an event no earlier action records waits for nothing; and an
+// action's error stops the run there.
+TEST(StreamSimulator, WaitsReferToEarlierRecordsAndErrorsStop) {
+  plan::Plan p = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 0);
+  plan::StreamSchedule &s = *p.mutable_schedule();
+  int w0free = -1;
+  for (int e = 0; e < s.events_size(); ++e)
+    if (s.events(e) == "w0.free") w0free = e;
+  ASSERT_GE(w0free, 0);
+  std::vector<int> all;
+  for (int i = 0; i < s.actions_size(); ++i) all.push_back(i);
+  s.mutable_actions(0)->add_waits(w0free); // the first PREFETCH: w0.free is recorded only later
+  std::vector<int> trace;
+  auto ok = stream::simulateStreams(s, all, 3, [](int) { return llvm::Error::success(); }, &trace);
+  EXPECT_FALSE(bool(ok)) << llvm::toString(std::move(ok));
+  EXPECT_EQ(trace.size(), all.size());
+  std::vector<int> ran;
+  auto e = stream::simulateStreams(s, all, 0, [&](int i) {
+    ran.push_back(i);
+    return i == 5 ? llvm::createStringError(llvm::inconvertibleErrorCode(), "boom at 5") : llvm::Error::success();
+  });
+  ASSERT_TRUE(bool(e));
+  EXPECT_EQ(llvm::toString(std::move(e)), "boom at 5");
+  EXPECT_EQ(ran.back(), 5);
+}
+
+} // namespace

@@ -1,0 +1,199 @@
+// Mutation tests of the streaming schedule (issue 22): each mutation of a
+// compiled plan, one or more per action kind, must be caught by the plan
+// checker (runtime/plan/PlanChecker.h), by the CPU stream executor
+// (runtime/stream/StreamExecutor.h, under 16 seeds, reads checked), or by
+// both; the table says which, so that a change in either shows.
+// The llama plan's schedule (test/lit/schedule.test spells it out): 0
+// PREFETCH embed w0, 1 PREFETCH layer.0 w1, 2 FORWARD embed, 3 PREFETCH
+// layer.1 w0, 4 FORWARD layer.0, 5 PREFETCH head w1, 6 FORWARD layer.1, 7
+// FORWARD head, 8 BACKWARD head g0, 9 OFFLOAD head, 10 UPDATE head, ...
+#include "FixtureTestUtil.h"
+
+#include "runtime/plan/PlanChecker.h"
+#include "runtime/plan/StreamLayout.h"
+
+#include <functional>
+#include <iostream>
+
+using namespace megac;
+using namespace megac::testing;
+
+namespace {
+
+using Kind = plan::StreamAction::Kind;
+using R = plan::DeviceRegion;
+
+const plan::Plan &base() {
+  static plan::Plan p = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 0);
+  return p;
+}
+
+int find(const plan::Plan &p, Kind kind, const std::string &unit) {
+  for (int i = 0; i < p.schedule().actions_size(); ++i) {
+    const plan::StreamAction &a = p.schedule().actions(i);
+    if (a.kind() == kind && p.units(a.unit()).name() == unit) return i;
+  }
+  ADD_FAILURE() << "no " << plan::actionKindName(kind) << " of " << unit;
+  return 0;
+}
+
+int event(const plan::Plan &p, const std::string &name) {
+  for (int e = 0; e < p.schedule().events_size(); ++e)
+    if (p.schedule().events(e) == name) return e;
+  ADD_FAILURE() << "no event " << name;
+  return 0;
+}
+
+plan::StreamAction &action(plan::Plan &p, Kind kind, const std::string &unit) {
+  return *p.mutable_schedule()->mutable_actions(find(p, kind, unit));
+}
+
+void setWaits(plan::StreamAction &a, const std::vector<int> &events) {
+  a.clear_waits();
+  for (int e : events) a.add_waits(e);
+}
+
+void removeWait(plan::Plan &p, plan::StreamAction &a, const std::string &name) {
+  std::vector<int> keep;
+  for (int32_t e : a.waits())
+    if (e != event(p, name)) keep.push_back(e);
+  ASSERT_EQ(keep.size() + 1, size_t(a.waits_size())) << "the action does not wait " << name;
+  setWaits(a, keep);
+}
+
+plan::DeviceRegion &region(plan::Plan &p, R::Kind kind, int index) {
+  for (plan::DeviceRegion &r : *p.mutable_schedule()->mutable_regions())
+    if (r.kind() == kind && r.index() == index) return r;
+  ADD_FAILURE() << "no region";
+  static plan::DeviceRegion none;
+  return none;
+}
+
+int activation(const plan::Plan &p, const std::string &name) {
+  for (int a = 0; a < p.activations_size(); ++a)
+    if (p.activations(a).name() == name) return a;
+  ADD_FAILURE() << "no activation " << name;
+  return 0;
+}
+
+// The checker's message, or "".
+std::string checker(const plan::Plan &p) {
+  llvm::Error e = plan::checkPlan(p);
+  return e ? llvm::toString(std::move(e)) : std::string();
+}
+
+// The executor's first "schedule:" error over seeds 0..15 (one step each,
+// every read checked), or "". Any other error fails the test: a mutation
+// must be named, not crash the run or change a number.
+std::string executor(const plan::Plan &p, int *seedsCaught) {
+  Tensor ids = loadRef("llama", "input_ids.pb"), targets = loadRef("llama", "targets.pb");
+  std::string first;
+  *seedsCaught = 0;
+  for (uint64_t seed = 0; seed < 16; ++seed) {
+    runtime::CpuOptions o;
+    o.streamSeed = seed;
+    o.checkReads = true;
+    auto t = withWeights(runtime::Trainer::create(p, o), p);
+    if (!t) return "no trainer";
+    auto st = t->step({{ids, targets}}, 1e-3f);
+    if (st) continue;
+    std::string m = llvm::toString(st.takeError());
+    EXPECT_NE(m.find("schedule: "), std::string::npos) << "seed " << seed << ": " << m;
+    ++*seedsCaught;
+    if (first.empty()) first = m;
+  }
+  return first;
+}
+
+struct Mutation {
+  const char *name;
+  std::function<void(plan::Plan &)> mutate;
+  bool byChecker, byExecutor; // which must catch it
+};
+
+} // namespace
+
+TEST(StreamMutation, EveryMutationIsCaught) {
+  const plan::Plan &b = base();
+  ASSERT_EQ(b.units_size(), 4);
+  ASSERT_EQ(b.schedule().weight_slots(), 2);
+  const Mutation mutations[] = {
+      {"PREFETCH: a missing wait (layer.1 into slot 0 without w0.free)",
+       [](plan::Plan &p) { removeWait(p, action(p, plan::StreamAction::PREFETCH, "layer.1"), "w0.free"); }, true, true},
+      {"PREFETCH: a wrong slot (layer.0 into slot 0, which embed's FORWARD reads)",
+       [](plan::Plan &p) { action(p, plan::StreamAction::PREFETCH, "layer.0").set_weight_slot(0); }, true, true},
+      {"FORWARD: a moved event (head waits w0.ready, not w1.ready)",
+       [](plan::Plan &p) { setWaits(action(p, plan::StreamAction::FORWARD, "head"), {event(p, "w0.ready")}); }, true, true},
+      // The checker is stricter than the hardware: layer.0's PREFETCH precedes
+      // layer.1's on the H2D stream, so waiting the latter's w0.ready orders
+      // the FORWARD after both. No interleaving reads wrong weights.
+      {"FORWARD: a moved event that the H2D stream's order makes safe (layer.0 waits w0.ready)",
+       [](plan::Plan &p) { setWaits(action(p, plan::StreamAction::FORWARD, "layer.0"), {event(p, "w0.ready")}); }, true,
+       false},
+      {"FORWARD: a missing wait (embed without w0.ready)",
+       [](plan::Plan &p) { removeWait(p, action(p, plan::StreamAction::FORWARD, "embed"), "w0.ready"); }, true, true},
+      {"FORWARD: a wrong slot (layer.1 on slot 1)",
+       [](plan::Plan &p) { action(p, plan::StreamAction::FORWARD, "layer.1").set_weight_slot(1); }, true, true},
+      {"BACKWARD: a missing wait (layer.0 into grad slot 0 without g0.free)",
+       [](plan::Plan &p) { removeWait(p, action(p, plan::StreamAction::BACKWARD, "layer.0"), "g0.free"); }, true, true},
+      {"BACKWARD: a wrong grad slot (head into 1, its OFFLOAD reads 0)",
+       [](plan::Plan &p) { action(p, plan::StreamAction::BACKWARD, "head").set_grad_slot(1); }, true, true},
+      {"OFFLOAD: a missing wait (head without g0.ready)",
+       [](plan::Plan &p) { removeWait(p, action(p, plan::StreamAction::OFFLOAD, "head"), "g0.ready"); }, true, true},
+      {"OFFLOAD: a missing wait (layer.0 into staging 0 without s0.free)",
+       [](plan::Plan &p) { removeWait(p, action(p, plan::StreamAction::OFFLOAD, "layer.0"), "s0.free"); }, true, true},
+      {"UPDATE: before its D2H (head's UPDATE issued before its OFFLOAD)",
+       [](plan::Plan &p) {
+         auto *acts = p.mutable_schedule()->mutable_actions();
+         acts->SwapElements(find(p, plan::StreamAction::UPDATE, "head"), find(p, plan::StreamAction::OFFLOAD, "head"));
+       },
+       true, true},
+      {"UPDATE: a missing wait (head without s0.ready)",
+       [](plan::Plan &p) { removeWait(p, action(p, plan::StreamAction::UPDATE, "head"), "s0.ready"); }, true, true},
+      {"region: an offset overlapping a live buffer (CHECKPOINT add_429 on ACTIVATION_GRAD add_729)",
+       [](plan::Plan &p) {
+         region(p, R::CHECKPOINT, activation(p, "add_429"))
+             .set_offset(region(p, R::ACTIVATION_GRAD, activation(p, "add_729")).offset());
+       },
+       true, true},
+      {"region: a weight slot on the other (slot 1 at slot 0's offset)",
+       [](plan::Plan &p) { region(p, R::WEIGHT_SLOT, 1).set_offset(region(p, R::WEIGHT_SLOT, 0).offset()); }, true,
+       true},
+      {"arena: an op's output on its live input's bytes (layer.0 backward)",
+       [](plan::Plan &p) {
+         plan::Program &prog = *p.mutable_templates(1)->mutable_backward();
+         for (const plan::Program::Op &op : prog.ops()) {
+           if (op.inputs_size() == 0 || op.outputs_size() != 1 || op.type() == "Reshape" || op.type() == "Identity" ||
+               op.type() == "Squeeze" || op.type() == "Unsqueeze" || op.type() == "Flatten")
+             continue;
+           int a = op.inputs(0), o = op.outputs(0);
+           if (a < 0 || o < 0 || prog.arena_offsets(a) < 0 || prog.arena_offsets(o) < 0) continue;
+           if (prog.values(a).type().SerializeAsString() != prog.values(o).type().SerializeAsString()) continue;
+           prog.set_arena_offsets(o, prog.arena_offsets(a));
+           return;
+         }
+         ADD_FAILURE() << "no elementwise op with a temporary input";
+       },
+       true, true},
+  };
+  std::cout << "mutation | checker | executor (seeds of 16 that caught it)\n";
+  for (const Mutation &m : mutations) {
+    SCOPED_TRACE(m.name);
+    plan::Plan p = b;
+    m.mutate(p);
+    const std::string c = checker(p);
+    int seeds = 0;
+    const std::string x = executor(p, &seeds);
+    std::cout << m.name << " | " << (c.empty() ? "-" : "caught") << " | "
+              << (x.empty() ? "-" : "caught (" + std::to_string(seeds) + ")") << "\n";
+    if (!c.empty()) std::cout << "    checker: " << c << "\n";
+    if (!x.empty()) std::cout << "    executor: " << x << "\n";
+    EXPECT_FALSE(c.empty() && x.empty()) << "caught by neither";
+    EXPECT_EQ(!c.empty(), m.byChecker) << c;
+    EXPECT_EQ(!x.empty(), m.byExecutor) << x;
+  }
+  // The plan itself: clean for both.
+  int seeds = 0;
+  EXPECT_EQ(checker(b), "");
+  EXPECT_EQ(executor(b, &seeds), "");
+}
