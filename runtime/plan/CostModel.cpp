@@ -313,6 +313,13 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
       t.attentionFlops = it->second.attentionFlops;
       t.memoryBytes = it->second.memoryBytes;
       w.amount = programSeconds(it->second, r_);
+      // The gradients' NaN/Inf check after the BACKWARD (runtime/cuda/FiniteCheckKernels.h)
+      // reads the unit's gradients once more, on the compute stream.
+      if (backward && !p_.optimizer().no_finite_check()) {
+        const double checkBytes = double(unitWeightBytes[size_t(unit)]);
+        t.memoryBytes += checkBytes;
+        w.amount += checkBytes / r_.hbmBytesPerS;
+      }
       break;
     }
     case StreamAction::UPDATE:
@@ -324,9 +331,6 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
         w.amount = t.memoryBytes / r_.hbmBytesPerS;
       } else {
         w.amount = double(t.parameters) / r_.adamwParamsPerS;
-        // The gradients' NaN/Inf check before the update reads them once more:
-        // 4 of AdamW's 28 bytes a parameter.
-        if (!p_.optimizer().no_finite_check()) w.amount *= 1.0 + 4.0 / 28.0;
       }
       break;
     default: return err("schedule action of unknown kind " + llvm::Twine(int(a.kind())));
@@ -556,6 +560,12 @@ llvm::Expected<std::vector<OpTypeTime>> predictOpTimes(const Plan &p, const Mach
     };
     if (auto e = forEachOpWork(prog, p.compute() == "bf16", add))
       return err("unit '" + p.units(a.unit()).name() + "': " + llvm::toString(std::move(e)));
+    if (backward && !p.optimizer().no_finite_check()) { // the gradients' check, after the program
+      OpTypeTime &t = byLabel["NaN/Inf check (backward)"];
+      t.label = "NaN/Inf check (backward)";
+      t.launches += p.units(a.unit()).parameters_size();
+      t.seconds += double(unitWeightLayout(p, a.unit()).bytes) / rates->hbmBytesPerS;
+    }
   }
   std::vector<OpTypeTime> out;
   for (auto &[label, t] : byLabel) out.push_back(std::move(t));

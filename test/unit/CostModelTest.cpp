@@ -592,6 +592,7 @@ TEST(CostModel, OpTimesAddUpToTheComputeActions) {
       if (backward) ++backwardOps;
       else if (op.type() == "MatMul") ++forwardMatMuls;
     }
+    if (backward) backwardOps += p.units(a.unit()).parameters_size(); // the gradients' NaN/Inf check
   }
   double sum = 0;
   int64_t matMuls = -1, backwardLaunches = 0;
@@ -609,10 +610,10 @@ TEST(CostModel, OpTimesAddUpToTheComputeActions) {
 
 } // namespace
 
-// The gradients' NaN/Inf check before each host AdamW update reads them once
-// more: the CPU lane's updates cost 4 of AdamW's 28 bytes a parameter more,
-// and --no-finite-check takes that off.
-TEST(CostModel, TheFiniteCheckIsPricedOnTheCpuLane) {
+// The gradients' check runs on the GPU after each BACKWARD: one more read of
+// the unit's gradients at HBM speed on the compute lane; the CPU lane keeps
+// AdamW alone.
+TEST(CostModel, TheFiniteCheckIsPricedOnTheComputeLane) {
   plan::Plan p = compileFixturePlan("llama", "bf16", codegen::Recompute::All, 16, /*residentUnits=*/0);
   ASSERT_TRUE(p.has_schedule());
   plan::MachineProfile m;
@@ -621,12 +622,19 @@ TEST(CostModel, TheFiniteCheckIsPricedOnTheCpuLane) {
   p.mutable_optimizer()->set_no_finite_check(true);
   auto without = plan::predictStep(p, m);
   ASSERT_TRUE(bool(without)) << llvm::toString(without.takeError());
-  auto cpuAlone = [](const plan::StepPrediction &s) { // the CPU lane's work, before overlap slows it
+  auto alone = [](const plan::StepPrediction &s, int lane) { // a lane's work, before overlap slows it
     double t = 0;
     for (const auto &a : s.actions)
-      if (a.lane == plan::kLaneCPU) t += a.alone;
+      if (a.lane == lane) t += a.alone;
     return t;
   };
-  ASSERT_GT(cpuAlone(*without), 0);
-  EXPECT_NEAR(cpuAlone(*with) / cpuAlone(*without), 1.0 + 4.0 / 28.0, 1e-9);
+  ASSERT_GT(alone(*without, plan::kLaneCPU), 0);
+  EXPECT_DOUBLE_EQ(alone(*with, plan::kLaneCPU), alone(*without, plan::kLaneCPU));
+  double gradBytes = 0;
+  for (const plan::StreamAction &a : p.schedule().actions())
+    if (a.kind() == plan::StreamAction::BACKWARD) gradBytes += double(plan::unitWeightLayout(p, a.unit()).bytes);
+  auto rates = plan::costRates(m, p.compute());
+  ASSERT_TRUE(bool(rates)) << llvm::toString(rates.takeError());
+  EXPECT_NEAR(alone(*with, plan::kLaneCompute) - alone(*without, plan::kLaneCompute), gradBytes / rates->hbmBytesPerS,
+              1e-12);
 }
