@@ -76,10 +76,8 @@ static int64_t firstNanOrPosInf(const Tensor &t) {
   return -1;
 }
 
-llvm::Expected<std::vector<Tensor>> PreparedProgram::run(const std::vector<Tensor> &args, NonFiniteAt *check) const {
-  if (args.size() != arguments_.size())
-    return err(what_ + ": expected " + llvm::Twine(arguments_.size()) + " arguments, got " + llvm::Twine(args.size()));
-  std::vector<Tensor> env(values_.size());
+llvm::Error PreparedProgram::bindArguments(const std::vector<Tensor> &args, std::vector<Tensor> &env) const {
+  env.assign(values_.size(), Tensor());
   for (size_t i = 0; i < values_.size(); ++i)
     if (values_[i].constant) env[i] = constants_[i];
   for (size_t i = 0; i < args.size(); ++i) {
@@ -89,6 +87,14 @@ llvm::Expected<std::vector<Tensor>> PreparedProgram::run(const std::vector<Tenso
                  ", expected " + dtypeName(v.dtype) + shapeToString(v.shape));
     env[size_t(arguments_[i])] = args[i];
   }
+  return llvm::Error::success();
+}
+
+llvm::Expected<std::vector<Tensor>> PreparedProgram::run(const std::vector<Tensor> &args, NonFiniteAt *check) const {
+  if (args.size() != arguments_.size())
+    return err(what_ + ": expected " + llvm::Twine(arguments_.size()) + " arguments, got " + llvm::Twine(args.size()));
+  std::vector<Tensor> env;
+  if (auto e = bindArguments(args, env)) return std::move(e);
   for (size_t k = 0; k < ops_.size(); ++k) {
     const Op &op = ops_[k];
     cpu::KernelContext ctx{op.attrs, {}, {}};
@@ -135,17 +141,9 @@ llvm::Error PreparedProgram::runInArena(const std::vector<Tensor> &args, uint8_t
   if (args.size() != arguments_.size() || results.size() != results_.size())
     return err(what_ + ": called with " + llvm::Twine(args.size()) + " arguments and " + llvm::Twine(results.size()) +
                " results, expected " + llvm::Twine(arguments_.size()) + " and " + llvm::Twine(results_.size()));
-  std::vector<Tensor> env(values_.size());
+  std::vector<Tensor> env;
+  if (auto e = bindArguments(args, env)) return e;
   std::vector<int32_t> tag(values_.size(), -1);
-  for (size_t i = 0; i < values_.size(); ++i)
-    if (values_[i].constant) env[i] = constants_[i];
-  for (size_t i = 0; i < args.size(); ++i) {
-    const Value &v = values_[size_t(arguments_[i])];
-    if (args[i].dtype() != v.dtype || args[i].shape() != v.shape)
-      return err(what_ + ": argument '" + v.name + "' is " + dtypeName(args[i].dtype()) + shapeToString(args[i].shape()) +
-                 ", expected " + dtypeName(v.dtype) + shapeToString(v.shape));
-    env[size_t(arguments_[i])] = args[i];
-  }
   auto bytesOf = [&](const Value &v) { return numElements(v.shape) * int64_t(dtypeSize(v.dtype)); };
   for (size_t k = 0; k < ops_.size(); ++k) {
     const Op &op = ops_[k];

@@ -67,6 +67,9 @@ private:
     bool constant = false;
     int64_t arenaOffset = -1; // Program.arena_offsets
   };
+  // env: every value's tensor, constants and the arguments (checked) in place.
+  llvm::Error bindArguments(const std::vector<Tensor> &args, std::vector<Tensor> &env) const;
+
   std::string what_;
   std::vector<Value> values_;
   std::vector<Tensor> constants_; // indexed like values_

@@ -558,18 +558,7 @@ llvm::Error StreamExecutor::updateFrom(int i, int u, const uint8_t *base, bool p
                                    p.numel(), state_.step, h, p.decay(), 1.0f);
       continue;
     }
-    if (p.units_size() > 1) { // tied: summed until its last unit's gradient arrives
-      auto &acc = partial_[size_t(pid)];
-      if (acc.empty()) acc.assign(g, g + p.numel());
-      else
-        for (int64_t x = 0; x < p.numel(); ++x) acc[size_t(x)] += g[x];
-      if (--pending_[size_t(pid)] > 0) continue;
-      updateParam(pid, acc.data(), lr_, 1.0f);
-      acc.clear();
-      acc.shrink_to_fit();
-    } else {
-      updateParam(pid, g, lr_, 1.0f);
-    }
+    updateOrAccumulate(pid, g, lr_, pending_, partial_);
   }
   if (res) {
     resident_[size_t(u)] = fill(i, u, resOff, rl.bytes, shadow_, "the weights and moments of resident unit '" + unit.name() + "'");

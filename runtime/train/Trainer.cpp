@@ -96,6 +96,23 @@ void Trainer::updateParam(int32_t id, const float *grad, float lr, float gradSca
                       state_.step, h, p.decay(), gradScale);
 }
 
+void Trainer::updateOrAccumulate(int32_t id, const float *grad, float lr, std::vector<int> &pending,
+                                 std::vector<std::vector<float>> &partial) {
+  const plan::Parameter &p = plan_.parameters(id);
+  if (p.units_size() <= 1) {
+    updateParam(id, grad, lr, 1.0f);
+    return;
+  }
+  auto &acc = partial[size_t(id)];
+  if (acc.empty()) acc.assign(grad, grad + p.numel());
+  else
+    for (int64_t i = 0; i < p.numel(); ++i) acc[size_t(i)] += grad[i];
+  if (--pending[size_t(id)] > 0) return;
+  updateParam(id, acc.data(), lr, 1.0f);
+  acc.clear();
+  acc.shrink_to_fit();
+}
+
 llvm::Expected<Tensor> Trainer::dataTensor(const plan::Activation &a, const Tensor &src) const {
   Shape want(a.type().shape().begin(), a.type().shape().end());
   if (src.shape() != want)
@@ -240,18 +257,7 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
         for (int64_t i = 0; i < p.numel(); ++i) dst[i] += gd[i];
         continue;
       }
-      if (p.units_size() > 1) {
-        auto &acc = partial[size_t(pid)];
-        if (acc.empty()) acc.assign(gd, gd + p.numel());
-        else
-          for (int64_t i = 0; i < p.numel(); ++i) acc[size_t(i)] += gd[i];
-        if (--pending[size_t(pid)] > 0) continue;
-        updateParam(pid, acc.data(), lr, 1.0f);
-        acc.clear();
-        acc.shrink_to_fit();
-      } else {
-        updateParam(pid, gd, lr, 1.0f);
-      }
+      updateOrAccumulate(pid, gd, lr, pending, partial);
     }
     for (int32_t a : unit.activation_outputs()) gacts[size_t(a)] = Tensor();
   }

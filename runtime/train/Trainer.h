@@ -110,6 +110,11 @@ protected:
   // Sizes the host arrays and reads the optimizer settings and the loss.
   llvm::Error initHostState();
   void updateParam(int32_t id, const float *grad, float lr, float gradScale);
+  // AdamW on parameter `id` from one unit's gradient: at once, or for a
+  // parameter several units use (tied weights) summed in partial[id] until
+  // the last of pending[id] contributions arrives.
+  void updateOrAccumulate(int32_t id, const float *grad, float lr, std::vector<int> &pending,
+                          std::vector<std::vector<float>> &partial);
   // Tokens or targets converted to the dtype of the data activation, shape-checked.
   llvm::Expected<Tensor> dataTensor(const plan::Activation &a, const Tensor &src) const;
 
