@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Installs everything megac needs to build and test on Debian 12. Idempotent.
 # clang-14 and libclang-rt-14-dev (its ASan/UBSan runtimes and libFuzzer): the
-# fuzz targets and the sanitizer build (test/fuzz/README.md).
+# fuzz targets and the sanitizer build (test/fuzz/README.md). chromium: the
+# lit test that renders `megac plan --html` headless (about a minute to install).
 set -euo pipefail
 SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO=sudo
 pkgs="cmake g++ make ninja-build libprotobuf-dev protobuf-compiler libonnx-dev libonnx-testdata \
   llvm-14-dev llvm-14-tools libgtest-dev googletest zlib1g-dev libtinfo-dev python3 python3-pip \
-  clang-14 libclang-rt-14-dev"
+  clang-14 libclang-rt-14-dev chromium"
 missing=""
 for p in $pkgs; do dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "$missing" ]; then
