@@ -780,9 +780,9 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       }
       if (auto e2 = prog.run(gpu_, arena_, workspace_, args, results))
         return err("unit '" + unit.name() + "': " + llvm::toString(std::move(e2)));
-      if (!fwd && unit.parameters_size() > 0) {
+      if (!fwd) {
         uint8_t *gslot = gradSlot;
-        if (injectNan_ && injectNan_->at(unit.name(), state_.step)) {
+        if (injectNan_ && injectNan_->at(unit.name(), state_.step) && unit.parameters_size() > 0) {
           static const float nan = NAN;
           MEGAC_CUDA_TRY(cudaMemcpyAsync(gslot + lay.offsets[0], &nan, 4, cudaMemcpyHostToDevice, st));
         }
@@ -792,7 +792,8 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
                                              plan_.parameters(unit.parameters(k)).numel(),
                                              static_cast<unsigned long long>(k) << kBadElementBits,
                                              firstBadDev_ + a.unit(), poisonDev_, st));
-        // The verdict on this unit and every unit before it, whatever later units' checks find.
+        // The verdict on this unit and every unit before it, whatever later units' checks find
+        // (for every BACKWARD, so that no OFFLOAD carries an earlier micro-batch's).
         if (checkFinite_)
           MEGAC_CUDA_TRY(cudaMemcpyAsync(verdictDev_ + a.grad_slot(), poisonDev_, 4, cudaMemcpyDeviceToDevice, st));
       }

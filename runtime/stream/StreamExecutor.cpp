@@ -136,6 +136,9 @@ llvm::Error StreamExecutor::init() {
   const plan::StreamSchedule &s = *s_;
   if (s.weight_slots() < 1 || s.grad_slots() < 1 || s.device_bytes() < 0 || s.grad_slot_bytes() < 0)
     return err("the plan's schedule has no slots or a negative size");
+  if (s.weight_slots() > s.regions_size() || s.grad_slots() > s.regions_size()) // each slot is a region
+    return err("the plan's schedule has " + llvm::Twine(s.weight_slots()) + " weight and " + llvm::Twine(s.grad_slots()) +
+               " grad slots but " + llvm::Twine(s.regions_size()) + " regions");
   for (const plan::StreamAction &a : s.actions())
     if (a.unit() < 0 || a.unit() >= plan_.units_size())
       return err("the plan's schedule names unit " + llvm::Twine(a.unit()) + ", which does not exist");
@@ -224,8 +227,9 @@ llvm::Error StreamExecutor::expect(int i, const Fill &f, const std::string &what
     return err("schedule: " + actionText(i) + " reads " + what + " before anything filled it this micro-batch" +
                (f.pass >= 0 ? " (it holds what " + by(f.action) + " wrote before)" : std::string()));
   if (wantUnit >= 0 && f.unit != wantUnit)
-    return err("schedule: " + actionText(i) + " reads " + what + ", which holds unit '" + plan_.units(f.unit).name() +
-               "''s, written by " + by(f.action));
+    return err("schedule: " + actionText(i) + " reads " + what + ", which holds " +
+               (f.unit >= 0 ? "unit '" + plan_.units(f.unit).name() + "''s" : std::string("no unit's")) +
+               ", written by " + by(f.action));
   if (opts_.checkReads) {
     std::string bad = sh.check(offset, bytes, f.stamp);
     if (!bad.empty())

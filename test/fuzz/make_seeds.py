@@ -117,6 +117,32 @@ def plan_seeds(megac, onnx_dir):
     return out
 
 
+# --- streaming schedules (stream_schedule) ---
+
+SCHEDULE_FLAGS = [  # the target's plan streams every unit and recomputes: only the schedule differs
+    ("llama", ["--resident-units", "0"]),
+    ("llama_slots3", ["--resident-units", "0", "--weight-slots", "3"]),
+    ("llama_slots4", ["--resident-units", "0", "--weight-slots", "4"]),
+]
+
+
+def schedule_seeds(megac, pb, tmp):
+    """The llama fixture's StreamSchedule at batch 2 x seq 16, fp32, every unit streamed (the plan
+    fuzz_stream_schedule builds), with 2, 3 and 4 weight slots."""
+    out = fresh(os.path.join(CORPUS, "schedule"))
+    for name, flags in SCHEDULE_FLAGS:
+        p = os.path.join(tmp, name + ".plan")
+        subprocess.run([megac, "compile", os.path.join(DATA, "llama", "model.onnx"), "--batch", "2", "--seq", "16",
+                        "--compute", "fp32", "-o", p] + flags, check=True, capture_output=True)
+        data = open(p, "rb").read()
+        assert data[:8] == b"MEGACPLN"
+        plan = pb.Plan()
+        plan.ParseFromString(data[8 + 16:])  # magic, then the 16-byte header
+        with open(os.path.join(out, name + ".schedule"), "wb") as f:
+            f.write(plan.schedule.SerializeToString())
+    return out
+
+
 # --- checkpoint.meta (checkpoint_meta) ---
 
 def plan_pb2(tmp):
@@ -317,6 +343,7 @@ def main():
         pb = plan_pb2(tmp)
         onnx_dir = onnx_seeds(megac)
         plan_seeds(megac, onnx_dir)
+        schedule_seeds(megac, pb, tmp)
         checkpoint_seeds(megac, onnx_dir, pb, tmp)
         token_seeds()
         safetensors_seeds()

@@ -27,6 +27,7 @@ target_flags() {
     token_header)       corpus=tokens      dict=tokens.dict      max_len=4096   timeout=10 runs=10000 ;;
     safetensors_header) corpus=safetensors dict=safetensors.dict max_len=16384  timeout=10 runs=20000 ;;
     ir_parse)           corpus=ir          dict=ir.dict          max_len=16384  timeout=10 runs=50000 ;;
+    stream_schedule)    corpus=schedule    dict=plan.dict        max_len=16384  timeout=20 runs=400 ;;
     *) echo "run.sh: unknown target '$1'" >&2; exit 2 ;;
   esac
   # An allocation bug must show as a finding, not stall the machine (24 GiB):
