@@ -168,6 +168,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
   llvm::SmallString<256> abs(opts.modelPath);
   llvm::sys::fs::make_absolute(abs);
   plan.set_model_path(std::string(abs));
+  plan.set_model_hash(g.sourceModelHash);
   plan.set_compute(opts.compute);
   plan.set_ignore_index(opts.ignoreIndex);
   *plan.mutable_optimizer() = opts.optimizer;

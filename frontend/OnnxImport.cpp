@@ -1,5 +1,7 @@
 #include "frontend/OnnxImport.h"
 
+#include "runtime/core/ModelHash.h"
+
 #include "frontend/ImportHooks.h"
 #include "frontend/TensorProto.h"
 #include "runtime/core/CheckedSize.h"
@@ -75,6 +77,7 @@ public:
     if (auto e = parse()) return std::move(e);
     g_ = std::make_unique<Graph>();
     g_->sourcePath = path_;
+    g_->sourceModelHash = onnxModelHash(model_);
     g_->baseDir = std::string(llvm::sys::path::parent_path(path_));
     if (g_->baseDir.empty()) g_->baseDir = ".";
     if (auto e = readHeader()) return std::move(e);

@@ -72,6 +72,7 @@ public:
   std::string name = "main";
   std::string baseDir;       // directory of the source model, for external data
   std::string sourcePath;    // the model file this graph came from
+  uint64_t sourceModelHash = 0; // runtime/core/ModelHash.h of that file (0: not from ONNX)
   int64_t opset = 0;         // default-domain opset of the source
 
   std::vector<Value> values;

@@ -7,7 +7,9 @@
 
 
 #include "llvm/Support/CRC.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/Regex.h"
 
 #include <cstdio>
@@ -30,7 +32,35 @@ static uint32_t crc32Of(llvm::StringRef s) {
 
 static constexpr const char *kRecompile = "recompile the model with megac compile";
 
-llvm::Error writePlan(const Plan &p, const std::string &path) {
+// An absolute, normalized path ("a/./b/../c" -> "/cwd/a/c").
+static std::string absolutePath(const std::string &path) {
+  llvm::SmallString<256> p(path);
+  llvm::sys::fs::make_absolute(p);
+  llvm::sys::path::remove_dots(p, /*remove_dot_dot=*/true);
+  return std::string(p);
+}
+
+// `to` relative to the directory `from` (both absolute): "../models/m.onnx".
+static std::string relativePath(const std::string &to, const std::string &from) {
+  llvm::SmallVector<llvm::StringRef, 16> a, b;
+  for (auto it = llvm::sys::path::begin(to), e = llvm::sys::path::end(to); it != e; ++it) a.push_back(*it);
+  for (auto it = llvm::sys::path::begin(from), e = llvm::sys::path::end(from); it != e; ++it) b.push_back(*it);
+  size_t common = 0;
+  while (common < a.size() && common < b.size() && a[common] == b[common]) ++common;
+  llvm::SmallString<256> r;
+  for (size_t i = common; i < b.size(); ++i) llvm::sys::path::append(r, "..");
+  for (size_t i = common; i < a.size(); ++i) llvm::sys::path::append(r, a[i]);
+  return r.empty() ? std::string(".") : std::string(r);
+}
+
+static std::string parentOf(const std::string &path) {
+  return std::string(llvm::sys::path::parent_path(absolutePath(path)));
+}
+
+llvm::Error writePlan(const Plan &plan, const std::string &path) {
+  Plan p = plan;
+  p.set_format_version(kFormatVersion); // the relative model path is format 5's
+  if (!p.model_path().empty()) p.set_model_path(relativePath(absolutePath(p.model_path()), parentOf(path)));
   std::string payload;
   if (!p.SerializeToString(&payload)) return err(path + ": cannot serialize the plan");
   std::string bytes(kMagic, sizeof kMagic);
@@ -68,7 +98,7 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
   const uint32_t version = uint32_t(getLE(data.data(), 4)), crc = uint32_t(getLE(data.data() + 4, 4));
   const uint64_t size = getLE(data.data() + 8, 8);
   data = data.drop_front(kHeaderBytes);
-  if (version != kFormatVersion) {
+  if (version != kFormatVersion && version != 4) {
     // Name the megac that wrote it where the payload still parses.
     std::string writer = parseWholeMessage(data, p) ? p.megac_version() : std::string("?");
     return otherVersion(path, version, writer);
@@ -87,6 +117,13 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
                " under a header of version " + llvm::Twine(version) + "); " + kRecompile);
   if (p.has_schedule())
     if (auto e = checkPlan(p)) return err(path + ": " + llvm::toString(std::move(e)));
+  // Format 5 records the model relative to the plan; format 4's is absolute already.
+  if (!p.model_path().empty() && llvm::sys::path::is_relative(p.model_path())) {
+    llvm::SmallString<256> m(parentOf(path));
+    llvm::sys::path::append(m, p.model_path());
+    llvm::sys::path::remove_dots(m, true);
+    p.set_model_path(std::string(m));
+  }
   return p;
 }
 

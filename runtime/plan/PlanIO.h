@@ -11,8 +11,10 @@ namespace megac::plan {
 
 // Bumped whenever the format changes incompatibly.
 // 2: device memory plan, stream schedule, unit-blocked host layout; 3: tied
-// parameters marked; 4: a header with the payload's size and CRC-32.
-inline constexpr uint32_t kFormatVersion = 4;
+// parameters marked; 4: a header with the payload's size and CRC-32; 5: the
+// model's path relative to the plan, and the model's hash (Plan.model_hash).
+// readPlan reads format 4 too (an absolute model path, no hash).
+inline constexpr uint32_t kFormatVersion = 5;
 inline constexpr const char *kMegacVersion = "0.1";
 
 // A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the
@@ -21,7 +23,9 @@ inline constexpr const char *kMegacVersion = "0.1";
 // Formats 1-3 had no header: the magic, then the Plan.
 llvm::Error writePlan(const Plan &p, const std::string &path);
 // Refuses files that are not plans, were written by another format version,
-// or whose payload does not match its checksum.
+// or whose payload does not match its checksum. writePlan stores the model's
+// path relative to the plan file's directory; readPlan makes it absolute
+// again from wherever the plan now is.
 llvm::Expected<Plan> readPlan(const std::string &path);
 
 // Sets each parameter's weight-decay flag from the optimizer's no_decay

@@ -1,5 +1,7 @@
 #include "runtime/train/Weights.h"
 
+#include "runtime/core/ModelHash.h"
+
 #include "runtime/core/Hash.h"
 #include "runtime/core/TensorFile.h"
 #include "runtime/cpu/Kernel.h"
@@ -107,9 +109,14 @@ llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostSta
   if (buf) {
     if (!parseWholeMessage((*buf)->getBuffer(), model)) return err(path + ": not a valid ONNX model");
     haveModel = true;
+    // The plan's own model: its graph and its weights' names and shapes (not their values).
+    if (plan.model_hash() != 0 && onnxModelHash(model) != plan.model_hash())
+      return err(path + ": not the model this plan was compiled from (its graph, or its weights' names or shapes, "
+                        "differ): pass --model with the ONNX file the plan was compiled from, or recompile");
   } else if (!opts.init) {
     return err(path + ": cannot read the model's weights (" + buf.getError().message() +
-               "); pass --weights FILE, or --init to initialize them");
+               "); pass --model FILE where the plan's ONNX file has moved (the plan looks for it where it was "
+               "beside the plan at compile time), --weights FILE, or --init to initialize them");
   }
   std::map<std::string, const onnx::TensorProto *> inits;
   if (haveModel)

@@ -134,6 +134,10 @@ static cl::opt<bool> EmulateCompute(
     cl::desc("--device cpu: round every matrix product's operands as the plan's --compute mode does on the GPU "
              "(bf16 or tf32, fp32 accumulation) instead of computing in fp32"),
     RUN_SUBS);
+static cl::opt<std::string> ModelFile("model",
+                                      cl::desc("The ONNX file the plan was compiled from, where it is no longer "
+                                               "where the plan records it (beside the plan as at compile time)"),
+                                      cl::value_desc("FILE"), cl::sub(runCmd()));
 static cl::opt<uint64_t> StreamSeed(
     "stream-seed",
     cl::desc("--device cpu: which legal interleaving of the schedule's streams the CPU stream executor runs "
@@ -391,6 +395,11 @@ static int trainOnPlan(plan::Plan plan) {
 int runRun() {
   auto plan = plan::readPlan(PlanIn);
   if (!plan) return reportError(plan.takeError());
+  if (!ModelFile.empty()) {
+    llvm::SmallString<256> abs(ModelFile);
+    llvm::sys::fs::make_absolute(abs);
+    plan->set_model_path(std::string(abs));
+  }
   return trainOnPlan(std::move(*plan));
 }
 
