@@ -285,7 +285,7 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
                std::to_string(int64_t(freeB >> 30)));
   MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&device_), size_t(std::max<int64_t>(s.device_bytes(), 256))));
   for (const plan::DeviceRegion &r : s.regions()) {
-    if (r.offset() < 0 || r.offset() + r.bytes() > s.device_bytes())
+    if (!plan::blockWithin(r.offset(), r.bytes(), s.device_bytes()))
       return err("the plan's " + plan::DeviceRegion::Kind_Name(r.kind()) + " region " + llvm::Twine(r.index()) +
                  " lies outside its device allocation");
     regions_[{int(r.kind()), r.index()}] = &r;

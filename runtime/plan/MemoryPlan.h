@@ -53,6 +53,11 @@ struct Interval {
 
 inline bool lifetimesOverlap(int64_t f1, int64_t l1, int64_t f2, int64_t l2) { return f1 <= l2 && f2 <= l1; }
 inline bool bytesOverlap(int64_t o1, int64_t b1, int64_t o2, int64_t b2) { return o1 < o2 + b2 && o2 < o1 + b1; }
+// [off, off + bytes) lies inside [0, total), without overflow for any values
+// a plan file may hold.
+inline bool blockWithin(int64_t off, int64_t bytes, int64_t total) {
+  return off >= 0 && bytes >= 0 && total >= 0 && off <= total && bytes <= total - off;
+}
 
 // The placement heuristic, also used for the device regions: blocks by size,
 // largest first (then earliest first), each at the lowest 256-aligned offset

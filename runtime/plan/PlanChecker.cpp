@@ -15,7 +15,9 @@ static llvm::Error violation(llvm::StringRef kind, const llvm::Twine &m) {
 }
 
 static std::string range(int64_t off, int64_t bytes) {
-  return "bytes [" + std::to_string(off) + ", " + std::to_string(off + bytes) + ")";
+  int64_t end = 0;
+  if (__builtin_add_overflow(off, bytes, &end)) return "bytes [" + std::to_string(off) + ", +" + std::to_string(bytes) + ")";
+  return "bytes [" + std::to_string(off) + ", " + std::to_string(end) + ")";
 }
 
 // Bytes of a value of type t (not rounded); -1 where it has none.
@@ -96,7 +98,7 @@ llvm::Error checkArena(const Program &prog, const std::string &what) {
         return violation("malformed plan", what + ": value " + name + " is an argument, a constant or unused, but has arena offset " + llvm::Twine(off));
       continue;
     }
-    if (off < 0 || off % kAlignment != 0 || off + l.bytes > prog.arena_bytes())
+    if (off % kAlignment != 0 || !blockWithin(off, l.bytes, prog.arena_bytes()))
       return violation("arena overlap", what + ": value " + name + " at " + range(off, l.bytes) + " is not a 256-aligned block inside the arena of " +
                                             llvm::Twine(prog.arena_bytes()) + " bytes");
     inArena.push_back(v);
@@ -454,7 +456,7 @@ private:
     const int n = s_.regions_size();
     for (int i = 0; i < n; ++i) {
       const DeviceRegion &r = s_.regions(i);
-      if (r.offset() < 0 || r.offset() % kAlignment != 0 || r.bytes() < 0 || r.offset() + r.bytes() > s_.device_bytes())
+      if (r.offset() % kAlignment != 0 || !blockWithin(r.offset(), r.bytes(), s_.device_bytes()))
         return violation("region overlap", regionText(r) + " is not a 256-aligned block inside the device allocation of " + llvm::Twine(s_.device_bytes()) + " bytes");
       if (r.first_action() < 0 || r.first_action() > r.last_action() || r.last_action() >= s_.actions_size())
         return violation("region lifetime", regionText(r) + " has no valid lifetime among " + llvm::Twine(s_.actions_size()) + " actions");

@@ -99,8 +99,11 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
     for (const DeviceRegion &d : s.regions()) {
       if (d.kind() != c.kind) continue;
       ++c.regions;
-      c.sumBytes += d.bytes();
-      ranges.push_back({d.offset(), d.offset() + d.bytes()});
+      // Saturating: a plan not yet checked may hold any sizes (the host-memory check reads this first).
+      if (__builtin_add_overflow(c.sumBytes, d.bytes(), &c.sumBytes)) c.sumBytes = INT64_MAX;
+      int64_t end = 0;
+      if (__builtin_add_overflow(d.offset(), d.bytes(), &end)) end = INT64_MAX;
+      ranges.push_back({d.offset(), end});
     }
     c.footprintBytes = unionBytes(std::move(ranges));
     r.device.push_back(c);

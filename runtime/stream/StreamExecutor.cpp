@@ -129,31 +129,31 @@ std::string StreamExecutor::actionText(int i) const {
 
 llvm::Error StreamExecutor::init() {
   if (auto e = preparePrograms()) return e;
-  if (auto e = initHostState()) return e;
   if (!plan_.has_schedule() || plan_.schedule().actions_size() == 0)
     return err("the plan has no streaming schedule (compiled by an older megac?): recompile it with megac compile");
   s_ = &plan_.schedule();
   const plan::StreamSchedule &s = *s_;
+  // The schedule's own sizes before anything reads them (the host-memory check's report included).
   if (s.weight_slots() < 1 || s.grad_slots() < 1 || s.device_bytes() < 0 || s.grad_slot_bytes() < 0)
     return err("the plan's schedule has no slots or a negative size");
   if (s.weight_slots() > s.regions_size() || s.grad_slots() > s.regions_size()) // each slot is a region
     return err("the plan's schedule has " + llvm::Twine(s.weight_slots()) + " weight and " + llvm::Twine(s.grad_slots()) +
                " grad slots but " + llvm::Twine(s.regions_size()) + " regions");
+  for (const plan::DeviceRegion &r : s.regions())
+    if (!plan::blockWithin(r.offset(), r.bytes(), s.device_bytes()) || r.offset() % plan::kAlignment != 0)
+      return err("the plan's " + plan::DeviceRegion::Kind_Name(r.kind()) + " region " + llvm::Twine(r.index()) +
+                 " is not a 256-aligned block inside its device allocation");
   for (const plan::StreamAction &a : s.actions())
     if (a.unit() < 0 || a.unit() >= plan_.units_size())
       return err("the plan's schedule names unit " + llvm::Twine(a.unit()) + ", which does not exist");
+  if (auto e = initHostState()) return e;
   // The simulated device allocation: pages are taken only where regions are touched.
   devBytes_ = size_t(std::max<int64_t>(s.device_bytes(), 256));
   void *m = mmap(nullptr, devBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (m == MAP_FAILED)
     return err("cannot map the " + llvm::Twine(int64_t(devBytes_)) + " bytes the plan's device allocation takes");
   dev_ = static_cast<uint8_t *>(m);
-  for (const plan::DeviceRegion &r : s.regions()) {
-    if (r.offset() < 0 || r.bytes() < 0 || r.offset() + r.bytes() > s.device_bytes())
-      return err("the plan's " + plan::DeviceRegion::Kind_Name(r.kind()) + " region " + llvm::Twine(r.index()) +
-                 " lies outside its device allocation");
-    regions_[{int(r.kind()), r.index()}] = &r;
-  }
+  for (const plan::DeviceRegion &r : s.regions()) regions_[{int(r.kind()), r.index()}] = &r;
   for (int u = 0; u < plan_.units_size(); ++u) {
     for (int32_t id : plan_.units(u).parameters())
       if (id < 0 || id >= plan_.parameters_size())
