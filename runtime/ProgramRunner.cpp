@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "runtime/cpu/Kernel.h"
+#include "runtime/plan/MemoryPlan.h"
 
 namespace megac::runtime {
 
@@ -129,10 +130,6 @@ llvm::Expected<std::vector<Tensor>> PreparedProgram::run(const std::vector<Tenso
   return out;
 }
 
-static bool isSharedView(const std::string &type) {
-  return type == "Reshape" || type == "Squeeze" || type == "Unsqueeze" || type == "Flatten" || type == "Identity";
-}
-
 llvm::Error PreparedProgram::runInArena(const std::vector<Tensor> &args, uint8_t *arena, int64_t arenaBytes,
                                         const std::vector<Tensor> &results, ArenaObserver *observer) const {
   if (!hasArena_) return err(what_ + ": the plan gives this program no arena offsets (recompile it)");
@@ -165,7 +162,7 @@ llvm::Error PreparedProgram::runInArena(const std::vector<Tensor> &args, uint8_t
       return llvm::Error::success();
     };
     // A view whose output the planner put on its input's bytes: those bytes are its value already.
-    if (isSharedView(op.type) && op.inputs.size() >= 1 && op.outputs.size() == 1 && op.inputs[0] >= 0 && op.outputs[0] >= 0) {
+    if (plan::isViewOp(op.type) && op.inputs.size() >= 1 && op.outputs.size() == 1 && op.inputs[0] >= 0 && op.outputs[0] >= 0) {
       const Value &in = values_[size_t(op.inputs[0])], &out = values_[size_t(op.outputs[0])];
       if (in.arenaOffset >= 0 && in.arenaOffset == out.arenaOffset && bytesOf(in) == bytesOf(out)) {
         if (auto e = checkInputs()) return e;
@@ -184,7 +181,7 @@ llvm::Error PreparedProgram::runInArena(const std::vector<Tensor> &args, uint8_t
       }
       const Value &v = values_[size_t(id)];
       const int64_t bytes = bytesOf(v);
-      if (v.arenaOffset < 0 || v.arenaOffset + bytes > arenaBytes_)
+      if (!plan::blockWithin(v.arenaOffset, bytes, arenaBytes_))
         return err(what_ + ": value '" + v.name + "' has no place in the arena (offset " + llvm::Twine(v.arenaOffset) +
                    ", " + llvm::Twine(bytes) + " bytes, arena " + llvm::Twine(arenaBytes_) + ")");
       placed[o] = arena + v.arenaOffset;
