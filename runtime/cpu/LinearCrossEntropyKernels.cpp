@@ -1,6 +1,6 @@
 // CPU kernels of megac.LinearCrossEntropy[Grad] (ir/ops/LinearCrossEntropyOps.cpp):
 // the head's product and the softmax cross-entropy, a chunk of rows at a
-// time (plan::linearCrossEntropyChunkRows), so only one chunk of logits
+// time (linearCrossEntropyChunkRows), so only one chunk of logits
 // exists. Row arithmetic as megac.SoftmaxCrossEntropy[Grad] (CrossEntropyRows.h).
 //
 // With h [N, H] (leading dims flattened) and W [H, V] (trans_w: [V, H]):
@@ -10,7 +10,7 @@
 #include "runtime/cpu/CrossEntropyRows.h"
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
-#include "runtime/plan/StreamLayout.h"
+#include "runtime/cpu/LinearCrossEntropyChunks.h"
 
 #include <cstring>
 
@@ -57,7 +57,7 @@ llvm::Expected<Dims> dims(const char *op, const Attrs &attrs, const Tensor *h, c
   if (targets->numel() != d.rows)
     return kernelError(op, "targets " + shapeToString(targets->shape()) + " do not match h " +
                                shapeToString(h->shape()));
-  d.chunk = plan::linearCrossEntropyChunkRows(d.rows, d.vocab, attrs.getInt("chunk_rows", 0));
+  d.chunk = cpu::linearCrossEntropyChunkRows(d.rows, d.vocab, attrs.getInt("chunk_rows", 0));
   return d;
 }
 

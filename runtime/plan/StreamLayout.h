@@ -3,6 +3,7 @@
 // plan's schedule (plan.proto: StreamSchedule, DeviceRegion). Shared by the
 // schedule builder (codegen), the plan checker and the CUDA runtime, so that
 // all three agree on every offset.
+#include "runtime/cpu/LinearCrossEntropyChunks.h"
 #include "runtime/cpu/NormAttentionShapes.h"
 #include "runtime/plan/PlanIO.h"
 
@@ -125,26 +126,12 @@ int64_t attentionChunkRows(int64_t units, int64_t rows, int64_t keys, int64_t ma
 // D] for 3-D inputs (K and V also under a past cache), and in bf16 plans the
 // operand copies of one chunk's products (attentionPackBytes).
 int64_t materializedAttentionBytes(const cpu::AttentionDims &d, bool grad, bool bf16);
-// megac.LinearCrossEntropy[Grad] compute the logits a chunk of rows at a
-// time: kLinearCrossEntropyChunkBytes of fp32 logits, but at least
-// kLinearCrossEntropyMinChunkRows rows where those stay under
-// kLinearCrossEntropyMaxChunkBytes (at least one row); or `requested` rows
-// (the op's chunk_rows attribute) when positive. The floor is for the
-// gradient: each chunk adds its h^T dl into the fp32 [hidden, vocab] dW,
-// reading and writing all of it, 8 bytes per element for 2 x rows flops:
-// under about 700 rows (the H200's GEMM rate over its memory bandwidth,
-// times 4) that traffic, not the product, sets the time. A 128256-token
-// vocabulary at 64 MiB took 130 rows per chunk.
-inline constexpr int64_t kLinearCrossEntropyChunkBytes = int64_t(64) << 20;
-inline constexpr int64_t kLinearCrossEntropyMinChunkRows = 1024;
-inline constexpr int64_t kLinearCrossEntropyMaxChunkBytes = int64_t(1) << 30;
-inline int64_t linearCrossEntropyChunkRows(int64_t rows, int64_t vocab, int64_t requested = 0) {
-  const int64_t rowBytes = 4 * std::max<int64_t>(vocab, 1);
-  int64_t c = requested > 0 ? requested
-                            : std::max(kLinearCrossEntropyChunkBytes / rowBytes,
-                                       std::min(kLinearCrossEntropyMinChunkRows, kLinearCrossEntropyMaxChunkBytes / rowBytes));
-  return std::max<int64_t>(1, std::min(c, rows));
-}
+// The fused loss's chunk of rows (runtime/cpu/LinearCrossEntropyChunks.h),
+// shared by both backends' kernels and the workspace budget below.
+using cpu::kLinearCrossEntropyChunkBytes;
+using cpu::kLinearCrossEntropyMaxChunkBytes;
+using cpu::kLinearCrossEntropyMinChunkRows;
+using cpu::linearCrossEntropyChunkRows;
 // The CUDA kernels' exact scratch for `rows` tokens of `hidden` x `vocab`
 // (runtime/cuda/LinearCrossEntropyKernels.cu carves it in this order, each
 // piece 256-byte aligned): the chunk's fp32 logits; per-row losses and

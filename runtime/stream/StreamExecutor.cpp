@@ -685,3 +685,17 @@ llvm::Expected<std::unique_ptr<runtime::Trainer>> createStreamExecutor(const pla
 }
 
 } // namespace megac::stream
+
+namespace megac::runtime {
+
+// The CPU backend's factory lives with its default backend, so that
+// runtime/train does not depend on runtime/stream (tools/check_layers.py).
+llvm::Expected<std::unique_ptr<Trainer>> Trainer::create(const plan::Plan &plan, const CpuOptions &opts) {
+  if (opts.streamSchedule) return stream::createStreamExecutor(plan, opts);
+  std::unique_ptr<Trainer> t(new Trainer(plan));
+  if (auto e = t->preparePrograms()) return std::move(e);
+  if (auto e = t->initHostState()) return std::move(e);
+  return std::move(t);
+}
+
+} // namespace megac::runtime

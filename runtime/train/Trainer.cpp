@@ -4,8 +4,6 @@
 #include "runtime/train/PlanCompute.h"
 #include "runtime/train/NonFinite.h"
 
-#include "runtime/stream/StreamExecutor.h"
-
 #include "runtime/cpu/Gemm.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -25,14 +23,6 @@ CpuOptions CpuOptions::fromEnvironment() {
   if (const char *v = std::getenv("MEGAC_CHECK_READS"); v && *v) o.checkReads = std::string(v) != "0";
   if (const char *v = std::getenv("MEGAC_CPU_DIRECT"); v && *v) o.streamSchedule = std::string(v) == "0";
   return o;
-}
-
-llvm::Expected<std::unique_ptr<Trainer>> Trainer::create(const plan::Plan &plan, const CpuOptions &opts) {
-  if (opts.streamSchedule) return stream::createStreamExecutor(plan, opts);
-  std::unique_ptr<Trainer> t(new Trainer(plan));
-  if (auto e = t->preparePrograms()) return std::move(e);
-  if (auto e = t->initHostState()) return std::move(e);
-  return std::move(t);
 }
 
 llvm::Error Trainer::preparePrograms() {

@@ -58,6 +58,7 @@ struct CpuOptions {
 // it and keeps the host state and the optimizer's bookkeeping.
 class Trainer {
 public:
+  // The CPU backend (defined in runtime/stream/StreamExecutor.cpp).
   static llvm::Expected<std::unique_ptr<Trainer>> create(const plan::Plan &plan,
                                                          const CpuOptions &opts = CpuOptions::fromEnvironment());
   virtual ~Trainer() = default;
