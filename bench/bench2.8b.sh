@@ -9,9 +9,16 @@
 # It needs, carried into the repo (ignored paths):
 #   BUILD_DIR                 megac built with CUDA (e.g. .dev/build-cuda)
 #   .bench/bench2.8b.onnx     tools/export_shapes_only.py --preset bench2.8b .bench/bench2.8b.onnx
-# Results in $OUT: megac_steps.jsonl, baseline_gpu.json, baseline_fsdp_fused.json, bench2.8b.json,
-# and the table on stdout. The plan (~270 MB) stays in $WORK (default /tmp/megac-bench) so it
+# Results in $OUT: megac_steps.jsonl, megac_stream_steps.jsonl, megac_stream_accum_steps.jsonl,
+# baseline_gpu.json, baseline_fsdp_fused.json, baseline_deepspeed.json, bench2.8b.json, and the table
+# on stdout. The plan (~270 MB) stays in $WORK (default /tmp/megac-bench) so it
 # does not travel back. About 3-4 minutes of device time; every stage has its own time limit (670 s in all at most).
+#
+# Rows beside the default plan (STREAMED=1, the default): every unit streamed (`--resident-units 0`),
+# and the same with `--grad-accum 8` (131k tokens a step; ACCUM_STEPS=3 steps). The DeepSpeed ZeRO-3
+# offload peer (bench/peer_deepspeed.py) runs where .whl/ was carried (bench/fetch_deepspeed.sh
+# here; DEEPSPEED=0 skips it): about 4 more minutes. With every row and peer the script needs more
+# than one 600 s device call: PEERS=0 or STREAMED=0 split it.
 #
 # MEGAC_RUN_FLAGS: extra flags for `megac run` (e.g. a synthetic-data or timing flag once it
 # exists); by default the data are random uint16 tokens written here, which megac reads as a
@@ -86,12 +93,29 @@ if [ "$run_rc" = 0 ] && [ "${OP_PROFILE:-1}" = 1 ]; then
     --op-profile 2>&1 | sed -n '/GPU time by op/,$p' | head -24
 fi
 
+if [ "$run_rc" = 0 ] && [ "${STREAMED:-1}" = 1 ]; then
+  stage "megac, every unit streamed (--resident-units 0): $STEPS steps, then --grad-accum 8, ${ACCUM_STEPS:-3} steps"
+  timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 --resident-units 0 -o "$WORK/b0.plan" 2>&1 | tail -2
+  rm -f "$OUT/megac_stream_steps.jsonl" "$OUT/megac_stream_accum_steps.jsonl"
+  # shellcheck disable=SC2086
+  timeout 200 "$BUILD/megac" run "$WORK/b0.plan" --device cuda --init --steps "$STEPS" --seed 0 $data_flags \
+    --log "$OUT/megac_stream_steps.jsonl" $MEGAC_RUN_FLAGS 2>&1 | tail -n 3
+  # shellcheck disable=SC2086
+  timeout 200 "$BUILD/megac" run "$WORK/b0.plan" --device cuda --init --steps "${ACCUM_STEPS:-3}" --seed 0 $data_flags \
+    --grad-accum 8 --log "$OUT/megac_stream_accum_steps.jsonl" $MEGAC_RUN_FLAGS 2>&1 | tail -n 3
+fi
+
 # PEERS=0 skips the PyTorch peers (a quick megac-only run; the table then lists them as failed).
 [ "${PEERS:-1}" = 1 ] && for mode in gpu fsdp_fused; do
   stage "PyTorch peer: $mode (5 steps, the first one not timed)"
   OUT="$OUT" timeout 110 "$PY" "$PEER" "$mode" 2>&1 | grep -v -i "warn" | tail -8
   echo "peer $mode: rc ${PIPESTATUS[0]}"
 done
+if [ "${PEERS:-1}" = 1 ] && [ "${DEEPSPEED:-1}" = 1 ] && [ -d .whl ]; then
+  stage "DeepSpeed ZeRO-3 offload peer (DeepSpeedCPUAdam; its JIT build about a minute)"
+  # shellcheck disable=SC1091
+  ( . bench/deepspeed_env.sh && OUT="$OUT" timeout 400 "$PY" bench/peer_deepspeed.py 2>&1 | grep -v -i "warn" | tail -8 )
+fi
 
 stage "table"
 "$PY" - "$OUT" <<'EOF'
@@ -125,21 +149,40 @@ if steps:
     rows.append(("megac, weights streamed from host (bf16 GEMMs)", step_s, None))
 else:
     rows.append(("megac, weights streamed from host (bf16 GEMMs)", None, None))
+def megac_row(name, label, tokens):
+    try:
+        st_ = [json.loads(l) for l in open(os.path.join(out, name)) if l.strip()]
+    except OSError:
+        return
+    t = [s["step_s"] for s in st_[1:] if "step_s" in s]
+    if t:
+        b = {k[:-7]: st.median(s[k] for s in st_[1:]) for k in ("h2d_busy_s", "compute_busy_s", "d2h_busy_s", "cpu_busy_s")
+             if k in st_[1]}
+        rows.append((label, st.median(t), {"busy": b, "tokens": tokens}))
+
+
+megac_row("megac_stream_steps.jsonl", "megac, every unit streamed (--resident-units 0)", TOKENS)
+megac_row("megac_stream_accum_steps.jsonl", "megac, every unit streamed, --grad-accum 8", 8 * TOKENS)
 for mode, label, then in (("gpu", "PyTorch, all on the GPU (bf16 autocast)", 0.924),
-                          ("fsdp_fused", "PyTorch FSDP2 CPU offload, fused CPU AdamW", 1.946)):
+                          ("fsdp_fused", "PyTorch FSDP2 CPU offload, fused CPU AdamW", 1.946),
+                          ("deepspeed", "DeepSpeed ZeRO-3 offload, DeepSpeedCPUAdam", 2.579)):
     r = load(os.path.join(out, f"baseline_{mode}.json"))
     rows.append((label, r["step_s"] if r else None, r))
     if r:
-        r["measured_2026_12_02"] = then
+        r["measured_before"] = then
 
 print(f"{'':<48} {'s/step':>8} {'tok/s':>8} {'TFLOPS 6PT':>10} {'GPU peak GiB':>12}")
 for label, s, r in rows:
     if s is None:
         print(f"{label:<48} {'failed':>8}")
         continue
-    peak = f"{r['gpu_peak_GiB']:12.1f}" if r else f"{'':>12}"
-    print(f"{label:<48} {s:8.3f} {TOKENS / s:8.0f} {6 * P * TOKENS / s / 1e12:10.1f} {peak}")
-print("(PyTorch on this machine on 2026-12-02: all on the GPU 0.924 s/step, FSDP2 offload 1.946)")
+    peak = f"{r['gpu_peak_GiB']:12.1f}" if r and "gpu_peak_GiB" in r else f"{'':>12}"
+    tok = r.get("tokens", TOKENS) if r else TOKENS
+    print(f"{label:<48} {s:8.3f} {tok / s:8.0f} {6 * P * tok / s / 1e12:10.1f} {peak}")
+    if r and r.get("busy"):
+        print(f"{'':<48} busy: " + ", ".join(f"{k} {v:.3f}" for k, v in r["busy"].items()))
+print("(on this machine before: PyTorch all on the GPU 0.924 s/step, FSDP2 offload 1.946 (2026-12-02); "
+      "DeepSpeed ZeRO-3 offload 2.579 (2026-12-04))")
 if megac and megac["busy"]:
     b = megac["busy"]
     print("megac stream busy per step (s, median): " + ", ".join(f"{k[:-7]} {v:.3f}" for k, v in b.items())
