@@ -5,6 +5,7 @@
 #include "runtime/plan/UnitPrograms.h"
 #include "runtime/stream/ShadowMemory.h"
 #include "runtime/stream/StreamSimulator.h"
+#include "runtime/train/HostMemory.h"
 #include "runtime/train/NonFinite.h"
 #include "runtime/train/PlanCompute.h"
 
@@ -147,6 +148,20 @@ llvm::Error StreamExecutor::init() {
     if (a.unit() < 0 || a.unit() >= plan_.units_size())
       return err("the plan's schedule names unit " + llvm::Twine(a.unit()) + ", which does not exist");
   if (auto e = initHostState()) return e;
+  // The simulated GPU memory comes on top of the host bill (initHostState checked that): pages
+  // are taken only where regions are touched, but resident units' copies and the activations
+  // may touch most of it.
+  if (auto bill = runtime::hostBill(plan_)) {
+    const int64_t avail = runtime::readHostMemory().available();
+    const int64_t need = bill->total() + s.device_bytes();
+    if (avail >= 0 && need > avail)
+      return err("the CPU backend runs the plan's schedule in host memory: its host bill and its " +
+                 llvm::Twine(s.device_bytes() >> 20) + " MiB of simulated GPU memory need " + llvm::Twine(need >> 20) +
+                 " MiB, and the machine has " + llvm::Twine(avail >> 20) +
+                 " MiB available: run with --cpu-direct, or compile with a smaller --gpu-mem or --resident-units 0");
+  } else {
+    return bill.takeError();
+  }
   // The simulated device allocation: pages are taken only where regions are touched.
   devBytes_ = size_t(std::max<int64_t>(s.device_bytes(), 256));
   void *m = mmap(nullptr, devBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
