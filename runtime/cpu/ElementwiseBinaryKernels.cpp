@@ -1,6 +1,7 @@
 // Binary and variadic elementwise ops with numpy broadcasting: arithmetic,
 // Pow, Max/Min/Sum/Mean, comparisons, logic and BitShift (ONNX semantics).
 #include "runtime/cpu/ElementwiseCommon.h"
+#include "runtime/cpu/IntPow.h"
 
 #include <cmath>
 #include <limits>
@@ -258,24 +259,6 @@ template <class Op> llvm::Error variadicKernel(KernelContext &ctx) {
   return llvm::Error::success();
 }
 
-// Integer power by squaring; negative exponents give 1/base^-e truncated
-// (so 0 unless base is 1 or -1).
-template <class T> T intPow(T base, T exp) {
-  if constexpr (std::is_signed_v<T>) {
-    if (exp < 0) {
-      if (base == 1) return T(1);
-      if (base == T(-1)) return (exp % 2) ? T(-1) : T(1);
-      return T(0);
-    }
-  }
-  using U = std::make_unsigned_t<T>;
-  U result = 1, b = U(base);
-  for (U e = U(exp); e; e >>= 1) {
-    if (e & 1) result = U(result * b);
-    b = U(b * b);
-  }
-  return T(result);
-}
 
 // Pow: base and exponent may have different types; the result has the base's.
 llvm::Error powKernel(KernelContext &ctx) {

@@ -6,6 +6,7 @@
 // for max and log-sums, +inf for min, NaN for a mean).
 #include "runtime/cpu/HalfFloat.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/ReduceGroups.h"
 
 #include <cmath>
 #include <cstring>
@@ -31,22 +32,12 @@ struct ReducePlan {
 
 ReducePlan planReduce(const Shape &shape, const std::vector<bool> &reduced) {
   ReducePlan p;
-  struct Group {
-    int64_t extent;
-    bool reduced;
-  };
-  std::vector<Group> groups;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    (reduced[d] ? p.redCount : p.outCount) *= shape[d];
-    if (shape[d] == 1) continue;
-    if (!groups.empty() && groups.back().reduced == reduced[d]) groups.back().extent *= shape[d];
-    else groups.push_back({shape[d], reduced[d]});
-  }
-  size_t first = 0;
-  if (!groups.empty() && !groups[0].reduced) p.outer = groups[first++].extent;
-  if (first < groups.size() && groups[first].reduced) ++first;
-  if (first < groups.size() && !groups[first].reduced) p.inner = groups[first++].extent;
-  if (first == groups.size()) return p;
+  const ReduceGroups g = groupReduceDims(shape, reduced); // the grouping both backends share
+  p.outCount = g.outCount;
+  p.redCount = g.redCount;
+  p.outer = g.outer;
+  p.inner = g.inner;
+  if (g.blocked) return p;
 
   p.blocked = false;
   std::vector<int64_t> strides = rowMajorStrides(shape);

@@ -14,6 +14,7 @@
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/ElementwiseIndexing.cuh"
 #include "runtime/cuda/GpuKernel.h"
+#include "runtime/cpu/IntPow.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -518,27 +519,12 @@ template <class Desc> llvm::Error variadicKernel(GpuKernelContext &ctx) {
   });
 }
 
-// Integer power by squaring; negative exponents give 1/base^-e truncated.
-template <class T> __device__ T intPow(T base, T exp) {
-  if (exp < 0) {
-    if (base == 1) return T(1);
-    if (base == T(-1)) return (exp % 2) ? T(-1) : T(1);
-    return T(0);
-  }
-  using U = std::make_unsigned_t<T>;
-  U result = 1, b = U(base);
-  for (U e = U(exp); e; e >>= 1) {
-    if (e & 1) result = U(result * b);
-    b = U(b * b);
-  }
-  return T(result);
-}
 
 struct PowOp {
   static constexpr int kArity = 2;
   template <class T> __device__ __forceinline__ T operator()(T x, T y) const {
     if constexpr (std::is_floating_point_v<T>) return y == T(2) ? x * x : dm::pow(x, y);
-    else return intPow(x, y);
+    else return cpu::intPow(x, y); // runtime/cpu/IntPow.h: the CPU's own
   }
 };
 

@@ -17,6 +17,7 @@
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuKernel.h"
 #include "runtime/cuda/ReduceLaunch.h"
+#include "runtime/cpu/ReduceGroups.h"
 #include "runtime/cuda/RowReduce.cuh"
 
 #include <algorithm>
@@ -142,25 +143,17 @@ void chooseSplits(ReducePlan &p) {
     p.splits = std::max<int64_t>(1, std::min(ceilDiv(kTargetBlocks, base), ceilDiv(R, 4 * tileY)));
 }
 
-// The CPU's dim grouping (runtime/cpu/ReductionKernels.cpp planReduce).
+// The CPU's dim grouping (runtime/cpu/ReduceGroups.h, written once for both).
 llvm::Expected<ReducePlan> planReduce(llvm::StringRef op, const Shape &shape, const std::vector<bool> &reduced) {
   ReducePlan p;
-  struct Group {
-    int64_t extent;
-    bool reduced;
-  };
-  std::vector<Group> groups;
-  for (size_t d = 0; d < shape.size(); ++d) {
-    (reduced[d] ? p.redCount : p.outCount) *= shape[d];
-    if (shape[d] == 1) continue;
-    if (!groups.empty() && groups.back().reduced == reduced[d]) groups.back().extent *= shape[d];
-    else groups.push_back({shape[d], reduced[d]});
-  }
-  size_t first = 0;
-  if (!groups.empty() && !groups[0].reduced) p.outer = groups[first++].extent;
-  if (first < groups.size() && groups[first].reduced) ++first;
-  if (first < groups.size() && !groups[first].reduced) p.inner = groups[first++].extent;
-  if (first < groups.size()) {
+  const cpu::ReduceGroups rg = cpu::groupReduceDims(shape, reduced);
+  const auto &groups = rg.groups;
+  using Group = cpu::ReduceGroups::Group;
+  p.outCount = rg.outCount;
+  p.redCount = rg.redCount;
+  p.outer = rg.outer;
+  p.inner = rg.inner;
+  if (!rg.blocked) {
     p.blocked = false;
     GeneralIndex &g = p.general;
     for (const Group &gr : groups) {

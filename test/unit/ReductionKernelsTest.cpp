@@ -2,6 +2,7 @@
 // inputs against a naive reference that gathers each output's elements and
 // applies the textbook formula in double.
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/ReduceGroups.h"
 
 #include <gtest/gtest.h>
 
@@ -312,4 +313,25 @@ TEST(ArgReduceKernels, NaNIsTheExtremeAndIntegersWork) {
   Tensor n = Tensor::fromVector<int64_t>(DType::I64, {3}, {-5, 9, 9});
   EXPECT_EQ(indices(run("ArgMax", {&n}, DType::I64, {1}, argAttrs(0, 1, 1))), (std::vector<int64_t>{2}));
   EXPECT_NE(runError("ArgMax", {&n}, DType::I64, {1}, argAttrs(1, 1, 0)).find("out of range"), std::string::npos);
+}
+
+// The dim grouping both backends' reductions share (runtime/cpu/ReduceGroups.h).
+TEST(ReduceGroups, DropsUnitDimsMergesNeighboursAndFindsTheBlock) {
+  auto g = megac::cpu::groupReduceDims({2, 1, 3, 4, 1, 5}, {false, true, true, true, false, false});
+  EXPECT_TRUE(g.blocked); // [2 | 12 | 5]
+  EXPECT_EQ(g.outer, 2);
+  EXPECT_EQ(g.inner, 5);
+  EXPECT_EQ(g.outCount, 10);
+  EXPECT_EQ(g.redCount, 12);
+  ASSERT_EQ(g.groups.size(), 3u);
+  EXPECT_EQ(g.groups[1].extent, 12);
+  g = megac::cpu::groupReduceDims({2, 3, 4, 5}, {true, false, true, false}); // reduced, kept, reduced, kept
+  EXPECT_FALSE(g.blocked);
+  EXPECT_EQ(g.outCount, 15);
+  EXPECT_EQ(g.redCount, 8);
+  EXPECT_EQ(g.groups.size(), 4u);
+  g = megac::cpu::groupReduceDims({7, 1}, {false, true}); // reducing a unit dim: nothing is summed
+  EXPECT_TRUE(g.blocked);
+  EXPECT_EQ(g.redCount, 1);
+  EXPECT_EQ(g.outer, 7);
 }
