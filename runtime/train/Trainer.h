@@ -1,11 +1,14 @@
 #pragma once
-// Executes a plan's training step on the CPU backend: the units' forward
+// A backend's training step over a plan, and the host state every backend
+// keeps: fp32 master weights and both AdamW moments in host arrays laid out
+// by the plan's Parameter::host_offset. This class is also the direct CPU
+// path, the reference the others are tested against: the units' forward
 // programs in order, keeping each unit's input activations (checkpoints),
 // then their backward programs in reverse (each recomputes its forward),
 // with AdamW applied to each parameter as soon as its gradient is complete
 // (or after the global norm / last micro-batch with --clip / --grad-accum).
-// fp32 master weights and both moments live in host arrays laid out by the
-// plan's Parameter::host_offset.
+// The CPU backend by default runs the plan's streaming schedule instead
+// (runtime/stream/StreamExecutor.h); the CUDA runtime is runtime/cuda.
 #include "runtime/ProgramRunner.h"
 #include "runtime/train/AdamW.h"
 #include "runtime/train/NonFinite.h"
