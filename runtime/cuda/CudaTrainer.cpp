@@ -77,6 +77,7 @@ public:
   llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                          std::vector<float> *grads, float lr) override;
   const char *device() const override { return "cuda"; }
+  bool runsSchedule() const override { return true; }
   std::string arithmetic() const override { return plan_.compute(); }
   void report(llvm::raw_ostream &os) const override {
     if (timer_) timer_->print(os, timedSteps_);

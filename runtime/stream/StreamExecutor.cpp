@@ -46,6 +46,7 @@ public:
   llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                          std::vector<float> *grads, float lr) override;
   llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets) override;
+  bool runsSchedule() const override { return true; }
 
 protected:
   void syncHostState(bool callerWrites) override;

@@ -87,6 +87,9 @@ public:
   virtual llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets);
   // "cpu" or "cuda".
   virtual const char *device() const { return "cpu"; }
+  // Whether a step runs the plan's streaming schedule (the CUDA runtime, the
+  // CPU stream executor) rather than the units' programs directly.
+  virtual bool runsSchedule() const { return false; }
   // The CPU backend computes in fp32 unless asked to emulate the plan's
   // compute mode (bf16 or tf32 operands in every matrix product, fp32
   // accumulation, as the GPU runs them): then CPU runs, CI's included, see

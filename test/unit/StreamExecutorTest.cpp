@@ -27,6 +27,7 @@ RunResult train(const plan::Plan &p, const std::string &model, const runtime::Cp
   RunResult r;
   auto t = withWeights(runtime::Trainer::create(p, o), p);
   if (!t) return r;
+  EXPECT_EQ(t->runsSchedule(), o.streamSchedule) << "the CPU backend did not take the path asked for";
   Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
   std::vector<std::pair<Tensor, Tensor>> mbs{{ids, targets}};
   if (microBatches == 2) { // the rows in the other order: another micro-batch of the same shape
