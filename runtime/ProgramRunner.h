@@ -47,11 +47,9 @@ public:
   // views. The arithmetic is run()'s, bit for bit.
   llvm::Error runInArena(const std::vector<Tensor> &args, uint8_t *arena, int64_t arenaBytes,
                          const std::vector<Tensor> &results, ArenaObserver *observer = nullptr) const;
-  bool hasArena() const { return hasArena_; }
   int64_t arenaBytes() const { return arenaBytes_; }
 
   size_t numArguments() const { return arguments_.size(); }
-  size_t numResults() const { return results_.size(); }
 
 private:
   struct Op {

@@ -137,10 +137,10 @@ private:
   int *poisonDev_ = nullptr;
   int *verdictDev_ = nullptr;  // per grad slot: the flag right after its unit's check (compute stream order)
   int *poisonHost_ = nullptr; // pinned, per staging slot: the verdict, beside the gradients
-  bool poisoned_ = false;     // an UPDATE found the flag set (under mu_)
   std::vector<std::string> residentUpdated_; // resident units updated this micro-batch, in order
-  // Where a micro-batch's check found a NaN/Inf: the message, or "" (copies the records back).
-  llvm::Expected<std::string> describeNonFinite();
+  // The micro-batch's check (copies its records back): success, or the
+  // NonFiniteError naming the first bad unit and the units updated before it.
+  llvm::Error checkNonFinite();
   bool paramsPinned_ = false;
   std::map<std::pair<int, int>, const plan::DeviceRegion *> regions_;
   std::vector<cudaEvent_t> events_;
@@ -162,10 +162,7 @@ private:
   int64_t jobsQueued_ = 0, jobsDone_ = 0;
   double cpuBusy_ = 0;
   std::string optimizerError_;
-  // A unit's gradients held NaN/Inf (the host check before its AdamW): what,
-  // and the units whose update this step had already applied.
-  std::string nonFinite_, nonFiniteUpdated_;
-  std::vector<std::string> updatedThisStep_;
+  std::vector<std::string> updatedThisStep_; // streamed units whose host AdamW ran this step
   std::unique_ptr<OpTimer> timer_; // --op-profile
   int64_t timedSteps_ = 0;
 };
@@ -482,14 +479,9 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   const uint8_t *base = staging_ + size_t(job.slot) * size_t(sched_->grad_slot_bytes());
   // The GPU checked the gradients of this unit and of every unit before it
   // in the step's backward order (FiniteCheckKernels.h); the OFFLOAD brought
-  // the verdict along. Poisoned: no more updates this micro-batch.
-  if (checkFinite_) {
-    std::lock_guard<std::mutex> l(mu_);
-    if (poisoned_ || poisonHost_[job.slot]) {
-      poisoned_ = true;
-      return;
-    }
-  }
+  // the verdict along. Verdicts only grow along the step, and the jobs run in
+  // backward order: once one is poisoned, so is every later one.
+  if (checkFinite_ && poisonHost_[job.slot]) return;
   // Parameters of this unit alone are updated together: one split over the
   // threads for the whole unit. One core stays free for the thread that
   // launches the GPU's work.
@@ -542,16 +534,16 @@ llvm::Error CudaTrainer::drainOptimizer() {
   return llvm::Error::success();
 }
 
-llvm::Expected<std::string> CudaTrainer::describeNonFinite() {
+llvm::Error CudaTrainer::checkNonFinite() {
   int poison = 0;
   MEGAC_CUDA_TRY(cudaMemcpy(&poison, poisonDev_, 4, cudaMemcpyDeviceToHost));
-  if (!poison) return std::string();
+  if (!poison) return llvm::Error::success();
   std::vector<unsigned long long> firstBad(size_t(plan_.units_size()));
   MEGAC_CUDA_TRY(cudaMemcpy(firstBad.data(), firstBadDev_, firstBad.size() * 8, cudaMemcpyDeviceToHost));
   // The first unit in the step's backward order whose gradients held one;
   // those before it were updated (resident: on the GPU, before the flag was
   // set; streamed: where the host's AdamW ran).
-  std::string updated;
+  std::vector<std::string> updated;
   std::lock_guard<std::mutex> l(mu_);
   for (const plan::StreamAction &a : sched_->actions()) {
     if (a.kind() != plan::StreamAction::BACKWARD) continue;
@@ -560,18 +552,18 @@ llvm::Expected<std::string> CudaTrainer::describeNonFinite() {
     if (bad == kNoneBad) {
       const bool done = unit.resident() ? std::count(residentUpdated_.begin(), residentUpdated_.end(), unit.name()) > 0
                                         : std::count(updatedThisStep_.begin(), updatedThisStep_.end(), unit.name()) > 0;
-      if (done) updated += (updated.empty() ? "unit '" : ", '") + unit.name() + "'";
+      if (done) updated.push_back(unit.name());
       continue;
     }
     const int k = int(bad >> kBadElementBits);
     const int64_t element = int64_t(bad & ((1ull << kBadElementBits) - 1));
     const std::string param = k < unit.parameters_size() ? plan_.parameters(unit.parameters(k)).name() : "?";
-    nonFinite_ = "unit '" + unit.name() + "' backward: the gradient of '" + param + "' holds NaN or Inf at element " +
-                 std::to_string(element) + " (the check on the GPU); its update and the rest of the step were stopped";
-    nonFiniteUpdated_ = updated;
-    return nonFinite_;
+    return llvm::make_error<runtime::NonFiniteError>(
+        runtime::nonFiniteGradientMessage(unit.name(), param, "NaN or Inf", element, "the check on the GPU"),
+        runtime::updatedUnitList(updated));
   }
-  return std::string("a gradient held NaN or Inf (the check on the GPU), in no unit's records");
+  return llvm::make_error<runtime::NonFiniteError>("a gradient held NaN or Inf (the check on the GPU), in no unit's records",
+                                                   "");
 }
 
 llvm::Error CudaTrainer::copyResident(bool toDevice) {
@@ -675,9 +667,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     MEGAC_CUDA_TRY(cudaMemsetAsync(firstBadDev_, 0xff, size_t(plan_.units_size()) * 8, gpu_.stream));
     MEGAC_CUDA_TRY(cudaMemsetAsync(poisonDev_, 0, 4, gpu_.stream));
     std::lock_guard<std::mutex> l(mu_);
-    poisoned_ = false;
     residentUpdated_.clear();
-    nonFiniteUpdated_.clear();
   }
   int lastAction = s.actions_size() - 1;
   if (!backward) {
@@ -782,14 +772,13 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       if (auto e2 = prog.run(gpu_, arena_, workspace_, args, results))
         return err("unit '" + unit.name() + "': " + llvm::toString(std::move(e2)));
       if (!fwd) {
-        uint8_t *gslot = gradSlot;
         if (injectNan_ && injectNan_->at(unit.name(), state_.step) && unit.parameters_size() > 0) {
           static const float nan = NAN;
-          MEGAC_CUDA_TRY(cudaMemcpyAsync(gslot + lay.offsets[0], &nan, 4, cudaMemcpyHostToDevice, st));
+          MEGAC_CUDA_TRY(cudaMemcpyAsync(gradSlot + lay.offsets[0], &nan, 4, cudaMemcpyHostToDevice, st));
         }
         // Before the gradients leave the slot (the OFFLOAD, or a resident unit's UPDATE, waits for this).
         for (int k = 0; checkFinite_ && k < unit.parameters_size(); ++k)
-          MEGAC_CUDA_TRY(launchFindNonFinite(reinterpret_cast<const float *>(gslot + lay.offsets[size_t(k)]),
+          MEGAC_CUDA_TRY(launchFindNonFinite(reinterpret_cast<const float *>(gradSlot + lay.offsets[size_t(k)]),
                                              plan_.parameters(unit.parameters(k)).numel(),
                                              static_cast<unsigned long long>(k) << kBadElementBits,
                                              firstBadDev_ + a.unit(), poisonDev_, st));
@@ -846,11 +835,8 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
   }
   for (cudaStream_t st : {h2d_, gpu_.stream, d2h_}) MEGAC_CUDA_TRY(cudaStreamSynchronize(st));
   if (auto e = drainOptimizer()) return e;
-  if (backward && checkFinite_) {
-    auto what = describeNonFinite();
-    if (!what) return what.takeError();
-    if (!what->empty()) return llvm::make_error<runtime::NonFiniteError>(*what, nonFiniteUpdated_);
-  }
+  if (backward && checkFinite_)
+    if (auto e = checkNonFinite()) return e;
   if (timer_)
     if (auto e = timer_->collect()) return e;
   loss = double(*lossHost_);

@@ -20,17 +20,6 @@ static std::string range(int64_t off, int64_t bytes) {
   return "bytes [" + std::to_string(off) + ", " + std::to_string(end) + ")";
 }
 
-// Bytes of a value of type t (not rounded); -1 where it has none.
-static int64_t valueBytes(const TensorType &t) {
-  int64_t n = int64_t(dtypeSize(megac::DType(int(t.dtype()))));
-  if (n <= 0) return -1;
-  for (int64_t d : t.shape()) {
-    if (d < 0 || (d > 0 && n > (int64_t(1) << 62) / d)) return -1;
-    n *= d;
-  }
-  return n;
-}
-
 llvm::Expected<std::vector<ArenaLife>> arenaLifetimes(const Program &p) {
   const int32_t V = p.values_size(), N = p.ops_size();
   std::vector<ArenaLife> life(static_cast<size_t>(V));
@@ -53,7 +42,7 @@ llvm::Expected<std::vector<ArenaLife>> arenaLifetimes(const Program &p) {
       l.temp = true;
       l.def = k;
       l.root = out;
-      l.bytes = valueBytes(p.values(out).type());
+      l.bytes = typeBytes(p.values(out).type());
       if (l.bytes < 0) return bad("'" + p.values(out).name() + "' has no size");
       l.bytes = (l.bytes + 255) / 256 * 256;
     }
@@ -70,13 +59,12 @@ llvm::Expected<std::vector<ArenaLife>> arenaLifetimes(const Program &p) {
   for (ArenaLife &l : life)
     if (l.temp && l.last < l.def) l.last = l.def;
   // Views sharing a temporary's bytes take its root (ops in order: the input's root is final).
-  static const char *const views[] = {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "Identity"};
   for (const Program::Op &op : p.ops()) {
     if (op.inputs_size() < 1 || op.outputs_size() < 1 || op.inputs(0) < 0 || op.outputs(0) < 0) continue;
-    if (std::find(std::begin(views), std::end(views), op.type()) == std::end(views)) continue;
+    if (!isViewOp(op.type())) continue;
     const ArenaLife &in = life[size_t(op.inputs(0))];
     ArenaLife &out = life[size_t(op.outputs(0))];
-    if (in.temp && valueBytes(p.values(op.inputs(0)).type()) == valueBytes(p.values(op.outputs(0)).type()))
+    if (in.temp && typeBytes(p.values(op.inputs(0)).type()) == typeBytes(p.values(op.outputs(0)).type()))
       out.root = in.root;
   }
   return life;

@@ -41,10 +41,11 @@ llvm::Error checkArena(const Program &prog, const std::string &what);
 // apart from the planner's (MemoryPlan.h computeLifetimes), so that a
 // lifetime bug there cannot fool both: ops read their inputs at their index
 // and write their outputs there; a value lives from its writer to its last
-// reader, results to the end (index ops_size()); a view (Reshape, Squeeze,
-// Unsqueeze, Flatten, Identity) of a temporary of the same size may share its
-// bytes and starts from the same root. PlanCheckerTest checks that the two
-// agree on every fixture plan.
+// reader, results to the end (index ops_size()); a view (MemoryPlan.h's
+// isViewOp) of a temporary of the same size may share its bytes and starts
+// from the same root. Sizes and the view rule are the plan format's
+// (MemoryPlan.h); the sweeps are the checker's own. PlanCheckerTest checks
+// that the two agree on every fixture plan.
 struct ArenaLife {
   bool temp = false;   // written by an op: lives in the arena
   int32_t def = -1;    // the op writing it

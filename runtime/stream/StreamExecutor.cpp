@@ -5,7 +5,6 @@
 #include "runtime/plan/UnitPrograms.h"
 #include "runtime/stream/ShadowMemory.h"
 #include "runtime/stream/StreamSimulator.h"
-#include "runtime/train/HostMemory.h"
 #include "runtime/train/NonFinite.h"
 #include "runtime/train/PlanCompute.h"
 
@@ -114,12 +113,6 @@ private:
   std::vector<bool> updated_;   // per unit: its AdamW ran this micro-batch
 };
 
-llvm::Expected<std::unique_ptr<runtime::Trainer>> create(const plan::Plan &plan, const runtime::CpuOptions &opts) {
-  std::unique_ptr<StreamExecutor> t(new StreamExecutor(plan, opts));
-  if (auto e = t->init()) return std::move(e);
-  return std::unique_ptr<runtime::Trainer>(std::move(t));
-}
-
 std::string StreamExecutor::actionText(int i) const {
   const plan::StreamAction &a = s_->actions(i);
   std::string t = "action " + std::to_string(i) + " (" + plan::actionKindName(a.kind()) + " of '" +
@@ -148,21 +141,9 @@ llvm::Error StreamExecutor::init() {
   for (const plan::StreamAction &a : s.actions())
     if (a.unit() < 0 || a.unit() >= plan_.units_size())
       return err("the plan's schedule names unit " + llvm::Twine(a.unit()) + ", which does not exist");
-  if (auto e = initHostState()) return e;
-  // The simulated GPU memory comes on top of the host bill (initHostState checked that): pages
-  // are taken only where regions are touched, but resident units' copies and the activations
-  // may touch most of it.
-  if (auto bill = runtime::hostBill(plan_)) {
-    const int64_t avail = runtime::readHostMemory().available();
-    const int64_t need = bill->total() + s.device_bytes();
-    if (avail >= 0 && need > avail)
-      return err("the CPU backend runs the plan's schedule in host memory: its host bill and its " +
-                 llvm::Twine(s.device_bytes() >> 20) + " MiB of simulated GPU memory need " + llvm::Twine(need >> 20) +
-                 " MiB, and the machine has " + llvm::Twine(avail >> 20) +
-                 " MiB available: run with --cpu-direct, or compile with a smaller --gpu-mem or --resident-units 0");
-  } else {
-    return bill.takeError();
-  }
+  // The simulated GPU memory is billed beside the host state: pages are taken only where
+  // regions are touched, but resident units' copies and the activations may touch most of it.
+  if (auto e = initHostState(s.device_bytes())) return e;
   // The simulated device allocation: pages are taken only where regions are touched.
   devBytes_ = size_t(std::max<int64_t>(s.device_bytes(), 256));
   void *m = mmap(nullptr, devBytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
@@ -517,9 +498,7 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
       int64_t bad = runtime::firstNonFinite(g, p.numel());
       if (bad < 0) continue;
       poison_ = true;
-      firstBad_ = "unit '" + unit.name() + "' backward: the gradient of '" + p.name() + "' holds " +
-                  std::to_string(g[bad]) + " at element " + std::to_string(bad) +
-                  "; its update and the rest of the step were stopped";
+      firstBad_ = runtime::nonFiniteGradientMessage(unit.name(), p.name(), std::to_string(g[bad]), bad);
     }
     slotVerdict_[size_t(a.grad_slot())] = poison_;
   }
@@ -570,12 +549,9 @@ llvm::Error StreamExecutor::updateFrom(int i, int u, const uint8_t *base, bool p
       continue;
     }
     if (res) { // a resident unit's AdamW, on its weights and moments in the RESIDENT region
-      runtime::AdamWHyper h = hyper_;
-      h.lr = lr_;
       const int64_t o = lay.offsets[size_t(k)];
-      runtime::adamwUpdateParallel(reinterpret_cast<float *>(res + rl.weights + o), g,
-                                   reinterpret_cast<float *>(res + rl.m + o), reinterpret_cast<float *>(res + rl.v + o),
-                                   p.numel(), state_.step, h, p.decay(), 1.0f);
+      updateParamAt(pid, reinterpret_cast<float *>(res + rl.weights + o), g, reinterpret_cast<float *>(res + rl.m + o),
+                    reinterpret_cast<float *>(res + rl.v + o), lr_, 1.0f);
       continue;
     }
     updateOrAccumulate(pid, g, lr_, pending_, partial_);
@@ -671,9 +647,9 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
     for (int u = 0; u < plan_.units_size(); ++u)
       if (updated_[size_t(u)]) order.push_back(u);
     std::sort(order.begin(), order.end(), [&](int a, int b) { return bwdPos_[size_t(a)] < bwdPos_[size_t(b)]; });
-    std::string updated;
-    for (int u : order) updated += (updated.empty() ? "unit '" : ", '") + plan_.units(u).name() + "'";
-    return llvm::make_error<runtime::NonFiniteError>(firstBad_, updated);
+    std::vector<std::string> updated;
+    for (int u : order) updated.push_back(plan_.units(u).name());
+    return llvm::make_error<runtime::NonFiniteError>(firstBad_, runtime::updatedUnitList(updated));
   }
   loss = loss_;
   return llvm::Error::success();
@@ -697,7 +673,9 @@ llvm::Expected<double> StreamExecutor::evalLoss(const Tensor &tokens, const Tens
 
 llvm::Expected<std::unique_ptr<runtime::Trainer>> createStreamExecutor(const plan::Plan &plan,
                                                                        const runtime::CpuOptions &opts) {
-  return create(plan, opts);
+  std::unique_ptr<StreamExecutor> t(new StreamExecutor(plan, opts));
+  if (auto e = t->init()) return std::move(e);
+  return std::unique_ptr<runtime::Trainer>(std::move(t));
 }
 
 } // namespace megac::stream

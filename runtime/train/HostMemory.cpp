@@ -65,11 +65,12 @@ static std::string gib(int64_t b) {
   return os.str();
 }
 
-llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem) {
+llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem, int64_t simulatedDeviceBytes) {
   const int64_t have = mem.available();
   if (have < 0) return llvm::Error::success(); // nothing to compare with
   auto bill = hostBill(plan);
   if (!bill) return bill.takeError();
+  bill->simulatedDevice = simulatedDeviceBytes;
   if (bill->total() <= have) return llvm::Error::success();
   std::string msg;
   llvm::raw_string_ostream os(msg);
@@ -80,6 +81,9 @@ llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem) {
   os << "): fp32 master weights " << gib(bill->masterWeights) << ", AdamW moments " << gib(bill->adamMoments);
   if (bill->gradients) os << ", step gradients " << gib(bill->gradients) << " (--clip or --grad-accum)";
   if (bill->pinnedStaging) os << ", pinned gradient staging " << gib(bill->pinnedStaging);
+  if (bill->simulatedDevice)
+    os << ", the plan's GPU memory simulated by the CPU backend " << gib(bill->simulatedDevice)
+       << " (--cpu-direct runs without it; a smaller --gpu-mem or --resident-units 0 shrinks it)";
   os << ". Nothing was allocated. The bill is the model's parameters (12 bytes each";
   if (bill->gradients) os << ", 16 with --clip or --grad-accum";
   os << "), whatever the batch or seq: run on a machine with more memory, or train fewer parameters (--frozen)";

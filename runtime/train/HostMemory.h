@@ -23,15 +23,17 @@ struct HostMemory {
 HostMemory readHostMemory();
 
 // The host bytes the plan's run allocates: fp32 master weights, AdamW m and
-// v, the step's gradients where it keeps them, and the pinned staging.
+// v, the step's gradients where it keeps them, the pinned staging, and on
+// the CPU stream executor the plan's GPU memory, simulated in host memory.
 struct HostBill {
-  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0;
-  int64_t total() const { return masterWeights + adamMoments + gradients + pinnedStaging; }
+  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0, simulatedDevice = 0;
+  int64_t total() const { return masterWeights + adamMoments + gradients + pinnedStaging + simulatedDevice; }
 };
 llvm::Expected<HostBill> hostBill(const plan::Plan &plan);
 
 // Refuses, with the bill's parts and what the machine has, a plan whose host
-// bill is more than `mem` offers.
-llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem);
+// bill is more than `mem` offers. `simulatedDeviceBytes`: the CPU stream
+// executor's copy of the plan's GPU memory, billed beside the rest.
+llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem, int64_t simulatedDeviceBytes = 0);
 
 } // namespace megac::runtime

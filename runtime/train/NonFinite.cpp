@@ -21,6 +21,19 @@ void NonFiniteError::log(llvm::raw_ostream &os) const {
        << " had already been applied in this step (their weights changed; the step is not checkpointed)";
 }
 
+std::string nonFiniteGradientMessage(const std::string &unit, const std::string &param, const std::string &value,
+                                     int64_t element, const std::string &where) {
+  return "unit '" + unit + "' backward: the gradient of '" + param + "' holds " + value + " at element " +
+         std::to_string(element) + (where.empty() ? "" : " (" + where + ")") +
+         "; its update and the rest of the step were stopped";
+}
+
+std::string updatedUnitList(const std::vector<std::string> &names) {
+  std::string s;
+  for (const std::string &n : names) s += (s.empty() ? "unit '" : ", '") + n + "'";
+  return s;
+}
+
 std::optional<NanInjection> nanInjectionFromEnvironment() {
   const char *v = std::getenv("MEGAC_INJECT_NAN");
   if (!v || !*v) return std::nullopt;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace megac::runtime {
 
@@ -25,6 +26,14 @@ struct NanInjection {
   }
 };
 std::optional<NanInjection> nanInjectionFromEnvironment();
+
+// What a NonFiniteError says of a unit's gradient: "unit 'U' backward: the
+// gradient of 'P' holds VALUE at element E[ (WHERE)]; its update and the rest
+// of the step were stopped". Every backend's check words it so.
+std::string nonFiniteGradientMessage(const std::string &unit, const std::string &param, const std::string &value,
+                                     int64_t element, const std::string &where = "");
+// The units a step had updated, as NonFiniteError lists them: "unit 'a', 'b'" ("" for none).
+std::string updatedUnitList(const std::vector<std::string> &names);
 
 // A NaN or Inf in a step's loss or gradients. The message names what held
 // it; `updatedUnits` lists the units whose AdamW update this step already

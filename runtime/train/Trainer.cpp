@@ -48,13 +48,13 @@ llvm::Error Trainer::preparePrograms() {
   return llvm::Error::success();
 }
 
-llvm::Error Trainer::initHostState() {
+llvm::Error Trainer::initHostState(int64_t simulatedDeviceBytes) {
   for (int i = 0; i < plan_.activations_size(); ++i)
     if (plan_.activations(i).kind() == plan::Activation::LOSS) lossId_ = i;
   if (lossId_ < 0) return err("the plan has no loss");
   for (const plan::Parameter &p : plan_.parameters())
     hostElements_ = std::max(hostElements_, p.host_offset() + (p.numel() + 63) / 64 * 64);
-  if (auto e = checkHostMemory(plan_, readHostMemory())) return e;
+  if (auto e = checkHostMemory(plan_, readHostMemory(), simulatedDeviceBytes)) return e;
   try {
     state_.params.assign(size_t(hostElements_), 0.0f);
     state_.m.assign(size_t(hostElements_), 0.0f);
@@ -78,12 +78,16 @@ Tensor Trainer::paramTensor(int32_t id) const {
 }
 
 void Trainer::updateParam(int32_t id, const float *grad, float lr, float gradScale) {
+  const size_t off = size_t(plan_.parameters(id).host_offset());
+  updateParamAt(id, state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, lr, gradScale);
+}
+
+void Trainer::updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr,
+                            float gradScale) {
   const plan::Parameter &p = plan_.parameters(id);
   AdamWHyper h = hyper_;
   h.lr = lr;
-  size_t off = size_t(p.host_offset());
-  adamwUpdateParallel(state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, p.numel(),
-                      state_.step, h, p.decay(), gradScale);
+  adamwUpdateParallel(param, grad, m, v, p.numel(), state_.step, h, p.decay(), gradScale);
 }
 
 void Trainer::updateOrAccumulate(int32_t id, const float *grad, float lr, std::vector<int> &pending,
@@ -227,15 +231,13 @@ llvm::Expected<double> Trainer::forwardBackward(const Tensor &tokens, const Tens
         const Tensor &g = (*res)[r + size_t(k)];
         int64_t bad = firstNonFinite(g.data<float>(), g.numel());
         if (bad < 0) continue;
-        std::string updated;
+        std::vector<std::string> updated;
         if (!grads)
-          for (int v = plan_.units_size() - 1; v > u; --v)
-            updated += (updated.empty() ? "unit '" : ", '") + plan_.units(v).name() + "'";
+          for (int v = plan_.units_size() - 1; v > u; --v) updated.push_back(plan_.units(v).name());
         return llvm::make_error<NonFiniteError>(
-            "unit '" + unit.name() + "' backward: the gradient of '" + plan_.parameters(unit.parameters(k)).name() +
-                "' holds " + std::to_string(g.data<float>()[bad]) + " at element " + std::to_string(bad) +
-                "; its update and the rest of the step were stopped",
-            updated);
+            nonFiniteGradientMessage(unit.name(), plan_.parameters(unit.parameters(k)).name(),
+                                     std::to_string(g.data<float>()[bad]), bad),
+            updatedUnitList(updated));
       }
     for (int k = 0; k < unit.parameters_size(); ++k) {
       int32_t pid = unit.parameters(k);

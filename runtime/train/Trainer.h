@@ -115,8 +115,12 @@ protected:
   // Called by state() and currentState(): nothing on the CPU backend.
   virtual void syncHostState(bool /*callerWrites*/) {}
   // Sizes the host arrays and reads the optimizer settings and the loss.
-  llvm::Error initHostState();
+  // `simulatedDeviceBytes`: host memory the backend takes beyond the host
+  // state (the CPU stream executor's simulated GPU memory), checked with it.
+  llvm::Error initHostState(int64_t simulatedDeviceBytes = 0);
   void updateParam(int32_t id, const float *grad, float lr, float gradScale);
+  // The same AdamW step on arrays of the parameter's elsewhere (a resident unit's copies).
+  void updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr, float gradScale);
   // AdamW on parameter `id` from one unit's gradient: at once, or for a
   // parameter several units use (tied weights) summed in partial[id] until
   // the last of pending[id] contributions arrives.

@@ -115,8 +115,8 @@ llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostSta
                         "differ): pass --model with the ONNX file the plan was compiled from, or recompile");
   } else if (!opts.init) {
     return err(path + ": cannot read the model's weights (" + buf.getError().message() +
-               "); pass --model FILE where the plan's ONNX file has moved (the plan looks for it where it was "
-               "beside the plan at compile time), --weights FILE, or --init to initialize them");
+               "); pass --model FILE where the plan's ONNX file has moved (the plan looks for it at the same place "
+               "relative to the plan as at compile time), --weights FILE, or --init to initialize them");
   }
   std::map<std::string, const onnx::TensorProto *> inits;
   if (haveModel)

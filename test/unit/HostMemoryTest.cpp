@@ -29,6 +29,11 @@ TEST(HostMemory, APlanPastWhatIsAvailableIsRefusedWithItsBill) {
             std::string::npos)
       << e;
   EXPECT_NE(e.find("Nothing was allocated"), std::string::npos) << e;
+  // The CPU stream executor's simulated GPU memory is billed beside the rest, by name.
+  EXPECT_FALSE(bool(checkHostMemory(p, {bill->total() + 4096, -1}, 4096)));
+  e = llvm::toString(checkHostMemory(p, {bill->total(), -1}, 4096));
+  EXPECT_NE(e.find("the plan's GPU memory simulated by the CPU backend"), std::string::npos) << e;
+  EXPECT_NE(e.find("--cpu-direct"), std::string::npos) << e;
   // The cgroup's limit counts where it is the smaller.
   e = llvm::toString(checkHostMemory(p, {int64_t(1) << 40, 1000}));
   EXPECT_NE(e.find("left under the cgroup's limit"), std::string::npos) << e;

@@ -149,8 +149,9 @@ static cl::opt<bool> CheckReads("check-reads",
                                 RUN_SUBS);
 static cl::opt<bool> CpuDirect("cpu-direct",
                                cl::desc("--device cpu: run the units' programs one after the other instead of "
-                                        "through the plan's streaming schedule (the executor's reference)"),
-                               cl::Hidden, RUN_SUBS);
+                                        "through the plan's streaming schedule (the executor's reference; it "
+                                        "needs no host memory for the simulated GPU memory)"),
+                               RUN_SUBS);
 static cl::opt<bool> OpProfile("op-profile", cl::desc("--device cuda: time every op and print GPU time by op type"),
                                RUN_SUBS);
 #undef RUN_SUBS
