@@ -9,13 +9,14 @@
 # It needs, carried into the repo (ignored paths):
 #   BUILD_DIR                 megac built with CUDA (e.g. .dev/build-cuda)
 #   .bench/bench2.8b.onnx     tools/export_shapes_only.py --preset bench2.8b .bench/bench2.8b.onnx
-# Results in $OUT: megac_steps.jsonl, megac_stream_steps.jsonl, megac_stream_accum_steps.jsonl,
+# Results in $OUT: megac_steps.jsonl, megac_{stream_cpu_adamw,stream,stream_accum}_steps.jsonl, predict_*.txt,
 # baseline_gpu.json, baseline_fsdp_fused.json, baseline_deepspeed.json, bench2.8b.json, and the table
 # on stdout. The plan (~270 MB) stays in $WORK (default /tmp/megac-bench) so it
 # does not travel back. About 3-4 minutes of device time; every stage has its own time limit (670 s in all at most).
 #
 # Rows beside the default plan (STREAMED=1, the default): every unit streamed (`--resident-units 0`),
-# and the same with `--grad-accum 8` (131k tokens a step; ACCUM_STEPS=3 steps). The DeepSpeed ZeRO-3
+# with the AdamW of every unit on the host (`--gpu-adamw-units 0`) and as the GPU-AdamW policy
+# chooses, and with `--grad-accum 8` (131k tokens a step; ACCUM_STEPS=3 steps). The DeepSpeed ZeRO-3
 # offload peer (bench/peer_deepspeed.py) runs where .whl/ was carried (bench/fetch_deepspeed.sh
 # here; DEEPSPEED=0 skips it): about 4 more minutes. With every row and peer the script needs more
 # than one 600 s device call: PEERS=0 or STREAMED=0 split it.
@@ -93,20 +94,36 @@ if [ "$run_rc" = 0 ] && [ "${OP_PROFILE:-1}" = 1 ]; then
     --op-profile 2>&1 | sed -n '/GPU time by op/,$p' | head -24
 fi
 
+# A row of its own plan: stream_row NAME STEPS "COMPILE FLAGS" ["RUN FLAGS"]. Prints the cost
+# model's prediction for the plan (beside the measured lanes in the table) and logs the steps to
+# $OUT/megac_NAME_steps.jsonl.
+stream_row() {
+  local name=$1 steps=$2 cflags=$3 rflags=${4:-}
+  stage "megac row '$name': compile $cflags, $steps steps $rflags"
+  # shellcheck disable=SC2086
+  timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 $cflags -o "$WORK/$name.plan" 2>&1 | tail -2
+  # shellcheck disable=SC2086
+  timeout 60 "$BUILD/megac" plan "$WORK/$name.plan" $prof_flag 2>&1 |
+    grep -E "AdamW on the GPU|resident units:|moment slots|step time|busy:|critical path|bottleneck|host to device|device to host" |
+    tee "$OUT/predict_$name.txt"
+  rm -f "$OUT/megac_${name}_steps.jsonl"
+  # shellcheck disable=SC2086
+  timeout 200 "$BUILD/megac" run "$WORK/$name.plan" --device cuda --init --steps "$steps" --seed 0 $data_flags \
+    --log "$OUT/megac_${name}_steps.jsonl" $rflags $MEGAC_RUN_FLAGS 2>&1 | tail -n 3
+}
+
+# Rows beside the default plan (STREAMED=1): every unit streamed, its AdamW on the host
+# (--gpu-adamw-units 0, the schedule before issue 23) and as the GPU-AdamW policy chooses;
+# then with 8 micro-batches a step (compiled with --grad-accum 8).
 if [ "$run_rc" = 0 ] && [ "${STREAMED:-1}" = 1 ]; then
-  stage "megac, every unit streamed (--resident-units 0): $STEPS steps, then --grad-accum 8, ${ACCUM_STEPS:-3} steps"
-  timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 --resident-units 0 -o "$WORK/b0.plan" 2>&1 | tail -2
-  rm -f "$OUT/megac_stream_steps.jsonl" "$OUT/megac_stream_accum_steps.jsonl"
-  # shellcheck disable=SC2086
-  timeout 200 "$BUILD/megac" run "$WORK/b0.plan" --device cuda --init --steps "$STEPS" --seed 0 $data_flags \
-    --log "$OUT/megac_stream_steps.jsonl" $MEGAC_RUN_FLAGS 2>&1 | tail -n 3
-  # shellcheck disable=SC2086
-  timeout 200 "$BUILD/megac" run "$WORK/b0.plan" --device cuda --init --steps "${ACCUM_STEPS:-3}" --seed 0 $data_flags \
-    --grad-accum 8 --log "$OUT/megac_stream_accum_steps.jsonl" $MEGAC_RUN_FLAGS 2>&1 | tail -n 3
+  stream_row stream_cpu_adamw "$STEPS" "--resident-units 0 --gpu-adamw-units 0"
+  stream_row stream "$STEPS" "--resident-units 0"
+  stream_row stream_accum "${ACCUM_STEPS:-3}" "--resident-units 0 --grad-accum 8"
 fi
 
 # PEERS=0 skips the PyTorch peers (a quick megac-only run; the table then lists them as failed).
-[ "${PEERS:-1}" = 1 ] && for mode in gpu fsdp_fused; do
+# PEER_MODES: which PyTorch peers (default both).
+[ "${PEERS:-1}" = 1 ] && for mode in ${PEER_MODES:-gpu fsdp_fused}; do
   stage "PyTorch peer: $mode (5 steps, the first one not timed)"
   OUT="$OUT" timeout 110 "$PY" "$PEER" "$mode" 2>&1 | grep -v -i "warn" | tail -8
   echo "peer $mode: rc ${PIPESTATUS[0]}"
@@ -161,8 +178,9 @@ def megac_row(name, label, tokens):
         rows.append((label, st.median(t), {"busy": b, "tokens": tokens}))
 
 
-megac_row("megac_stream_steps.jsonl", "megac, every unit streamed (--resident-units 0)", TOKENS)
-megac_row("megac_stream_accum_steps.jsonl", "megac, every unit streamed, --grad-accum 8", 8 * TOKENS)
+megac_row("megac_stream_cpu_adamw_steps.jsonl", "megac, all streamed, AdamW on the host", TOKENS)
+megac_row("megac_stream_steps.jsonl", "megac, all streamed (--resident-units 0)", TOKENS)
+megac_row("megac_stream_accum_steps.jsonl", "megac, all streamed, --grad-accum 8", 8 * TOKENS)
 for mode, label, then in (("gpu", "PyTorch, all on the GPU (bf16 autocast)", 0.924),
                           ("fsdp_fused", "PyTorch FSDP2 CPU offload, fused CPU AdamW", 1.946),
                           ("deepspeed", "DeepSpeed ZeRO-3 offload, DeepSpeedCPUAdam", 2.579)):

@@ -1,6 +1,7 @@
 #include "codegen/Compile.h"
 
 #include "codegen/Budget.h"
+#include "codegen/GpuAdamwPolicy.h"
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
 #include "runtime/plan/PlanChecker.h"
@@ -26,6 +27,8 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   if (!plan) return plan.takeError();
   if (auto e = plan::applyNoDecay(*plan)) return std::move(e);
   if (auto e = applyResidentPolicy(*plan, co.schedule)) return std::move(e);
+  // Before the recompute policy, whose auto fills the GPU memory left.
+  if (auto e = applyGpuAdamwPolicy(*plan, co.schedule)) return std::move(e);
   if (auto e = applyRecomputePolicy(*plan, co.schedule)) return std::move(e);
   return plan;
 }

@@ -23,11 +23,14 @@ namespace {
 class ActionBuilder {
 public:
   ActionBuilder(plan::StreamSchedule &s, const plan::Plan &p, int weightSlots, int gradSlots)
-      : s_(s), K_(weightSlots), G_(gradSlots), inSlot_(size_t(weightSlots), -1),
+      : s_(s), p_(p), K_(weightSlots), G_(gradSlots), inSlot_(size_t(weightSlots), -1),
         wFreeRecorded_(size_t(weightSlots), false), gFreeRecorded_(size_t(gradSlots), false),
-        sFreeRecorded_(size_t(gradSlots), false), slotOf_(size_t(p.units_size()), -1) {
-    for (char kind : {'w', 'g', 's'}) {
-      int n = kind == 'w' ? K_ : G_;
+        sFreeRecorded_(size_t(gradSlots), false), mFreeRecorded_(size_t(weightSlots), false),
+        slotOf_(size_t(p.units_size()), -1) {
+    std::vector<char> kinds{'w', 'g', 's'};
+    if (plan::anyAdamwOnGpu(p)) kinds.push_back('m'); // moment slots, one beside each weight slot
+    for (char kind : kinds) {
+      int n = kind == 'w' || kind == 'm' ? K_ : G_;
       for (int k = 0; k < n; ++k)
         for (bool ready : {true, false}) s_.add_events(plan::slotEventName(kind, k, ready));
     }
@@ -40,11 +43,14 @@ public:
   int weightSlotOf(int unit) const { return slotOf_[size_t(unit)]; }
 
   // Event ids: per slot kind, [k.ready, k.free] pairs; weight slots first,
-  // then grad slots, then staging slots.
+  // then grad slots, staging slots, and moment slots (where they exist).
   int event(char kind, int slot, bool ready) const {
-    int base = kind == 'w' ? 0 : kind == 'g' ? 2 * K_ : 2 * K_ + 2 * G_;
+    int base = kind == 'w' ? 0 : kind == 'g' ? 2 * K_ : kind == 's' ? 2 * K_ + 2 * G_ : 2 * K_ + 4 * G_;
     return base + 2 * slot + (ready ? 0 : 1);
   }
+
+  // Set while the backward's actions are issued.
+  bool inBackward = false;
 
   // H2D of a streamed unit's weights into its slot, unless they are still
   // there: after the forward, the last K streamed units' weights are still
@@ -52,14 +58,22 @@ public:
   // forward and the first backward unit), so their backward PREFETCH is
   // skipped and BACKWARD reads the copy the forward used (the host master is
   // not updated before).
+  // In the backward, an adamw_on_gpu unit's moments follow (FETCH_MOMENTS),
+  // whether or not its weights had to come.
   void prefetch(int unit) {
     int k = weightSlotOf(unit);
-    if (inSlot_[size_t(k)] == unit) return;
-    StreamAction *a = add(StreamAction::PREFETCH, StreamAction::H2D, unit);
-    a->set_weight_slot(k);
-    if (wFreeRecorded_[size_t(k)]) a->add_waits(event('w', k, false));
-    a->add_records(event('w', k, true));
-    inSlot_[size_t(k)] = unit;
+    if (inSlot_[size_t(k)] != unit) {
+      StreamAction *a = add(StreamAction::PREFETCH, StreamAction::H2D, unit);
+      a->set_weight_slot(k);
+      if (wFreeRecorded_[size_t(k)]) a->add_waits(event('w', k, false));
+      a->add_records(event('w', k, true));
+      inSlot_[size_t(k)] = unit;
+    }
+    if (!inBackward || !p_.units(unit).adamw_on_gpu()) return;
+    StreamAction *m = add(StreamAction::FETCH_MOMENTS, StreamAction::H2D, unit);
+    m->set_weight_slot(k);
+    if (mFreeRecorded_[size_t(k)]) m->add_waits(event('m', k, false));
+    m->add_records(event('m', k, true));
   }
 
   int forward(int unit) {
@@ -77,8 +91,11 @@ public:
   // BACKWARD into grad slot g, then OFFLOAD of slot g into staging slot g,
   // then UPDATE from staging slot g; a resident unit's UPDATE reads grad slot
   // g on the compute stream. Returns the BACKWARD's index.
+  // An adamw_on_gpu unit: BACKWARD, its UPDATE on the compute stream into
+  // the weight and moment slots, then WRITEBACK, which frees both slots.
   int backward(int unit, int g) {
     int k = weightSlotOf(unit);
+    const bool onGpu = k >= 0 && p_.units(unit).adamw_on_gpu();
     StreamAction *b = add(StreamAction::BACKWARD, StreamAction::COMPUTE, unit);
     b->set_grad_slot(g);
     if (k >= 0) {
@@ -86,10 +103,27 @@ public:
       b->add_waits(event('w', k, true));
     }
     if (gFreeRecorded_[size_t(g)]) b->add_waits(event('g', g, false));
-    if (k >= 0) b->add_records(event('w', k, false));
+    if (k >= 0 && !onGpu) b->add_records(event('w', k, false));
     b->add_records(event('g', g, true));
     int index = s_.actions_size() - 1;
     gFreeRecorded_[size_t(g)] = true;
+
+    if (onGpu) {
+      StreamAction *u = add(StreamAction::UPDATE, StreamAction::COMPUTE, unit);
+      u->set_weight_slot(k);
+      u->set_grad_slot(g);
+      u->add_waits(event('g', g, true));
+      u->add_waits(event('m', k, true));
+      u->add_records(event('g', g, false));
+      u->add_records(event('m', k, true));
+      StreamAction *w = add(StreamAction::WRITEBACK, StreamAction::D2H, unit);
+      w->set_weight_slot(k);
+      w->add_waits(event('m', k, true));
+      w->add_records(event('w', k, false));
+      w->add_records(event('m', k, false));
+      mFreeRecorded_[size_t(k)] = true;
+      return index;
+    }
 
     if (k < 0) {
       StreamAction *u = add(StreamAction::UPDATE, StreamAction::COMPUTE, unit);
@@ -126,9 +160,10 @@ private:
   }
 
   plan::StreamSchedule &s_;
+  const plan::Plan &p_;
   int K_, G_;
   std::vector<int> inSlot_; // per weight slot: the unit whose weights it holds, -1 none yet
-  std::vector<bool> wFreeRecorded_, gFreeRecorded_, sFreeRecorded_;
+  std::vector<bool> wFreeRecorded_, gFreeRecorded_, sFreeRecorded_, mFreeRecorded_;
   std::vector<int> slotOf_;
 };
 
@@ -148,6 +183,10 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   if (K < 2) return err("--weight-slots must be at least 2 (got " + llvm::Twine(K) + "): one slot computes while the next fills");
   if (G < 1) return err("the schedule needs at least one grad slot (got " + llvm::Twine(G) + ")");
   if (N == 0) return err("the plan has no units to schedule");
+  for (int u = 0; u < N; ++u)
+    if (p.units(u).adamw_on_gpu() && (p.units(u).resident() || !plan::canBeResident(p, u)))
+      return err("unit '" + p.units(u).name() + "' cannot run its AdamW on the GPU while it streams: it is resident, "
+                 "shares a parameter with another unit or has none");
   plan::StreamSchedule &s = *p.mutable_schedule();
   s.Clear();
   s.set_weight_slots(K);
@@ -174,6 +213,7 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   for (int i = 0; i < N; ++i) forwardOrder[size_t(i)] = i;
   issue(forwardOrder, [&](size_t, int u) { fwdAt[size_t(u)] = ab.forward(u); });
   std::vector<int> backwardOrder(forwardOrder.rbegin(), forwardOrder.rend());
+  ab.inBackward = true;
   issue(backwardOrder, [&](size_t b, int u) { bwdAt[size_t(u)] = ab.backward(u, int(b % size_t(G))); });
   const int last = s.actions_size() - 1;
 
@@ -185,6 +225,8 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   s.set_pinned_staging_bytes(int64_t(G) * gradSlotBytes);
   for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last);
   for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, gradSlotBytes, 0, last);
+  if (plan::anyAdamwOnGpu(p))
+    for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::MOMENT_SLOT, k, 2 * slotBytes, 0, last);
   for (int u = 0; u < N; ++u)
     if (p.units(u).resident()) addRegion(s, DeviceRegion::RESIDENT, u, plan::residentLayout(p, u).bytes, 0, last);
 

@@ -21,6 +21,7 @@ struct ScheduleOptions {
   int64_t hostBudgetBytes = 0; // --host-mem; 0: not checked
   Recompute recompute = Recompute::All; // --recompute
   int residentUnits = 0;                 // --resident-units: units kept on the GPU, the first ones (-1: auto; codegen/ResidentPolicy.h)
+  int gpuAdamwUnits = 0;                 // --gpu-adamw-units: streamed units stepped on the GPU, the first ones (-1: auto; codegen/GpuAdamwPolicy.h)
   plan::MachineProfile profile;          // the rates the recompute policy weighs units by (--profile)
 };
 

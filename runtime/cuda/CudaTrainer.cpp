@@ -102,9 +102,15 @@ private:
   llvm::Error copyResident(bool toDevice);
   // Where a FORWARD or BACKWARD finds its unit's weights: its slot, or its RESIDENT region.
   uint8_t *unitWeights(const plan::StreamAction &a, const plan::WeightLayout &lay, llvm::Error &e);
-  // A resident unit's UPDATE (compute stream): AdamW on the GPU, or with
-  // `grads` its gradients added there instead.
-  llvm::Error residentUpdate(int32_t unit, int32_t gradSlot, float lr, std::vector<float> *grads);
+  // AdamW on the GPU (compute stream) from the grad slot, for a unit whose
+  // weights and moments are there: a resident unit's RESIDENT region, or an
+  // adamw_on_gpu unit's weight slot and MOMENT_SLOT. With `grads` the
+  // gradients are added to them on the host instead.
+  llvm::Error gpuUpdate(int32_t unit, int32_t gradSlot, uint8_t *weights, uint8_t *m, uint8_t *v, float lr,
+                        std::vector<float> *grads);
+  // An adamw_on_gpu unit's moments host -> MOMENT_SLOT, or its weights and
+  // moments slots -> host (WRITEBACK).
+  llvm::Error moveSlotState(const plan::StreamAction &a, bool toDevice);
 
   const plan::StreamSchedule *sched_ = nullptr;
   std::vector<GpuProgram> forward_, backward_;
@@ -112,6 +118,7 @@ private:
   std::vector<plan::SavedLayout> saved_;                     // by template (empty without keep programs)
   std::vector<plan::WeightLayout> layouts_;
   std::vector<int64_t> hostBlock_; // per unit: element offset of its weights as one host block, or -1
+  std::vector<int64_t> hostSpan_;  // per unit: bytes from its first parameter's start to its last one's end
   std::vector<uint8_t *> resident_; // per unit: its RESIDENT region, or null where it streams
   bool anyResident_ = false;
   // Which side holds the resident units' newest state: the host after
@@ -137,11 +144,11 @@ private:
   int *poisonDev_ = nullptr;
   int *verdictDev_ = nullptr;  // per grad slot: the flag right after its unit's check (compute stream order)
   int *poisonHost_ = nullptr; // pinned, per staging slot: the verdict, beside the gradients
-  std::vector<std::string> residentUpdated_; // resident units updated this micro-batch, in order
+  std::vector<std::string> gpuUpdated_; // units whose AdamW ran on the GPU this micro-batch, in order
   // The micro-batch's check (copies its records back): success, or the
   // NonFiniteError naming the first bad unit and the units updated before it.
   llvm::Error checkNonFinite();
-  bool paramsPinned_ = false;
+  bool paramsPinned_ = false, momentsPinned_ = false;
   std::map<std::pair<int, int>, const plan::DeviceRegion *> regions_;
   std::vector<cudaEvent_t> events_;
   std::vector<bool> cpuRecorded_; // recorded by an UPDATE
@@ -180,6 +187,10 @@ CudaTrainer::~CudaTrainer() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timing_) cudaEventDestroy(e);
   if (paramsPinned_) cudaHostUnregister(state_.params.data());
+  if (momentsPinned_) {
+    cudaHostUnregister(state_.m.data());
+    cudaHostUnregister(state_.v.data());
+  }
   cudaFreeHost(staging_);
   cudaFreeHost(lossHost_);
   cudaFreeHost(poisonHost_);
@@ -383,6 +394,10 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
         block = -1;
     if (block >= 0 && (block * 4 + layouts_.back().bytes) > hostElements_ * 4) block = -1;
     hostBlock_.push_back(block);
+    int64_t span = 0;
+    for (int k = 0; k < unit.parameters_size(); ++k)
+      span = std::max(span, layouts_.back().offsets[size_t(k)] + plan_.parameters(unit.parameters(k)).numel() * 4);
+    hostSpan_.push_back(span);
     const bool streams = !unit.resident();
     if ((streams && layouts_.back().bytes > s.weight_slot_bytes()) || layouts_.back().bytes > s.grad_slot_bytes())
       return err("unit '" + plan_.units(u).name() + "' needs " + llvm::Twine(layouts_.back().bytes) +
@@ -405,6 +420,15 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   if (!state_.params.empty()) {
     MEGAC_CUDA_TRY(cudaHostRegister(state_.params.data(), state_.params.size() * 4, cudaHostRegisterDefault));
     paramsPinned_ = true;
+  }
+  // Units whose AdamW runs on the GPU while they stream copy their moments both ways.
+  if (plan::anyAdamwOnGpu(plan_) && !state_.m.empty()) {
+    MEGAC_CUDA_TRY(cudaHostRegister(state_.m.data(), state_.m.size() * 4, cudaHostRegisterDefault));
+    if (cudaError_t e = cudaHostRegister(state_.v.data(), state_.v.size() * 4, cudaHostRegisterDefault); e != cudaSuccess) {
+      cudaHostUnregister(state_.m.data());
+      return err(llvm::Twine("pinning the AdamW moments: ") + cudaGetErrorString(e));
+    }
+    momentsPinned_ = true;
   }
 
   // One CUDA event per schedule event; those an UPDATE records live on the host.
@@ -436,6 +460,9 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
     if (residentUnits)
       llvm::outs() << "; " << residentUnits << (residentUnits == 1 ? " unit" : " units") << " resident, "
                    << llvm::format("%.2f", double(residentBytes) / (1ull << 30)) << " GiB";
+    int onGpu = 0;
+    for (const plan::Unit &u : plan_.units()) onGpu += u.adamw_on_gpu() && !u.resident();
+    if (onGpu) llvm::outs() << "; " << onGpu << " streamed " << (onGpu == 1 ? "unit steps" : "units step") << " on the GPU";
     llvm::outs() << "), compute " << computeModeName(gpu_.mode) << "\n";
   }
   return llvm::Error::success();
@@ -550,7 +577,8 @@ llvm::Error CudaTrainer::checkNonFinite() {
     const plan::Unit &unit = plan_.units(a.unit());
     const unsigned long long bad = firstBad[size_t(a.unit())];
     if (bad == kNoneBad) {
-      const bool done = unit.resident() ? std::count(residentUpdated_.begin(), residentUpdated_.end(), unit.name()) > 0
+      const bool done = unit.resident() || unit.adamw_on_gpu()
+                            ? std::count(gpuUpdated_.begin(), gpuUpdated_.end(), unit.name()) > 0
                                         : std::count(updatedThisStep_.begin(), updatedThisStep_.end(), unit.name()) > 0;
       if (done) updated.push_back(unit.name());
       continue;
@@ -605,7 +633,8 @@ uint8_t *CudaTrainer::unitWeights(const plan::StreamAction &a, const plan::Weigh
   return region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
 }
 
-llvm::Error CudaTrainer::residentUpdate(int32_t unit, int32_t gradSlot, float lr, std::vector<float> *grads) {
+llvm::Error CudaTrainer::gpuUpdate(int32_t unit, int32_t gradSlot, uint8_t *weights, uint8_t *m, uint8_t *v, float lr,
+                                   std::vector<float> *grads) {
   const plan::Unit &u = plan_.units(unit);
   const plan::WeightLayout &lay = layouts_[size_t(unit)];
   llvm::Error e = llvm::Error::success();
@@ -625,20 +654,51 @@ llvm::Error CudaTrainer::residentUpdate(int32_t unit, int32_t gradSlot, float lr
   }
   runtime::AdamWHyper h = hyper_;
   h.lr = lr;
-  const plan::ResidentLayout rl = plan::residentLayout(plan_, unit);
-  uint8_t *base = resident_[size_t(unit)];
   for (int k = 0; k < u.parameters_size(); ++k) {
     const plan::Parameter &p = plan_.parameters(u.parameters(k));
     const int64_t off = lay.offsets[size_t(k)];
-    MEGAC_CUDA_TRY(launchAdamW(reinterpret_cast<float *>(base + rl.weights + off),
-                               reinterpret_cast<const float *>(g + off), reinterpret_cast<float *>(base + rl.m + off),
-                               reinterpret_cast<float *>(base + rl.v + off), p.numel(),
+    MEGAC_CUDA_TRY(launchAdamW(reinterpret_cast<float *>(weights + off), reinterpret_cast<const float *>(g + off),
+                               reinterpret_cast<float *>(m + off), reinterpret_cast<float *>(v + off), p.numel(),
                                runtime::adamwCoefficients(state_.step, h, p.decay()), gpu_.stream,
                                checkFinite_ ? poisonDev_ : nullptr));
   }
-  deviceNewer_ = true;
   std::lock_guard<std::mutex> l(mu_);
-  residentUpdated_.push_back(u.name());
+  gpuUpdated_.push_back(u.name());
+  return llvm::Error::success();
+}
+
+llvm::Error CudaTrainer::moveSlotState(const plan::StreamAction &a, bool toDevice) {
+  const int u = a.unit();
+  const plan::Unit &unit = plan_.units(u);
+  if (!unit.adamw_on_gpu() || unit.resident())
+    return err("unit '" + unit.name() + "': the plan moves its AdamW moments, but its AdamW does not run on the GPU");
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  const plan::MomentLayout ml = plan::momentLayout(plan_, u);
+  llvm::Error e = llvm::Error::success();
+  uint8_t *ms = region(plan::DeviceRegion::MOMENT_SLOT, a.weight_slot(), ml.bytes, e);
+  if (e) return e;
+  uint8_t *ws = toDevice ? nullptr : region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
+  if (e) return e;
+  cudaStream_t st = streamOf(a.stream());
+  std::vector<std::pair<uint8_t *, std::vector<float> *>> parts{{ms + ml.m, &state_.m}, {ms + ml.v, &state_.v}};
+  if (!toDevice) parts.insert(parts.begin(), {ws, &state_.params});
+  for (auto [dev, host] : parts) {
+    // One copy where the unit's parameters lie on the host as in the slot;
+    // the span ends at its last parameter, so that no neighbour is written.
+    if (const int64_t block = hostBlock_[size_t(u)]; block >= 0) {
+      float *h = host->data() + block;
+      if (toDevice) MEGAC_CUDA_TRY(cudaMemcpyAsync(dev, h, size_t(hostSpan_[size_t(u)]), cudaMemcpyHostToDevice, st));
+      else MEGAC_CUDA_TRY(cudaMemcpyAsync(h, dev, size_t(hostSpan_[size_t(u)]), cudaMemcpyDeviceToHost, st));
+      continue;
+    }
+    for (int k = 0; k < unit.parameters_size(); ++k) {
+      const plan::Parameter &p = plan_.parameters(unit.parameters(k));
+      float *h = host->data() + p.host_offset();
+      uint8_t *d = dev + lay.offsets[size_t(k)];
+      if (toDevice) MEGAC_CUDA_TRY(cudaMemcpyAsync(d, h, size_t(p.numel()) * 4, cudaMemcpyHostToDevice, st));
+      else MEGAC_CUDA_TRY(cudaMemcpyAsync(h, d, size_t(p.numel()) * 4, cudaMemcpyDeviceToHost, st));
+    }
+  }
   return llvm::Error::success();
 }
 
@@ -667,7 +727,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     MEGAC_CUDA_TRY(cudaMemsetAsync(firstBadDev_, 0xff, size_t(plan_.units_size()) * 8, gpu_.stream));
     MEGAC_CUDA_TRY(cudaMemsetAsync(poisonDev_, 0, 4, gpu_.stream));
     std::lock_guard<std::mutex> l(mu_);
-    residentUpdated_.clear();
+    gpuUpdated_.clear();
   }
   int lastAction = s.actions_size() - 1;
   if (!backward) {
@@ -807,8 +867,22 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     case plan::StreamAction::UPDATE: {
       if (a.grad_slot() < 0 || a.grad_slot() >= s.grad_slots()) return err("UPDATE from a staging slot that does not exist");
       if (!onCpu) {
-        if (!resident_[size_t(a.unit())]) return err("unit '" + unit.name() + "' is updated on the GPU but is not resident");
-        if (auto e2 = residentUpdate(a.unit(), a.grad_slot(), lr, grads)) return e2;
+        uint8_t *w = nullptr, *m = nullptr, *v = nullptr;
+        if (uint8_t *r = resident_[size_t(a.unit())]) {
+          const plan::ResidentLayout rl = plan::residentLayout(plan_, a.unit());
+          w = r + rl.weights, m = r + rl.m, v = r + rl.v;
+        } else if (unit.adamw_on_gpu()) { // its weight slot and MOMENT_SLOT
+          const plan::MomentLayout ml = plan::momentLayout(plan_, a.unit());
+          w = region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
+          if (e) return e;
+          uint8_t *ms = region(plan::DeviceRegion::MOMENT_SLOT, a.weight_slot(), ml.bytes, e);
+          if (e) return e;
+          m = ms + ml.m, v = ms + ml.v;
+        } else {
+          return err("unit '" + unit.name() + "' is updated on the GPU, but it is neither resident nor runs its AdamW there");
+        }
+        if (auto e2 = gpuUpdate(a.unit(), a.grad_slot(), w, m, v, lr, grads)) return e2;
+        if (resident_[size_t(a.unit())] && !grads) deviceNewer_ = true;
         break;
       }
       job.unit = a.unit();
@@ -817,6 +891,10 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       job.grads = grads;
       break;
     }
+    case plan::StreamAction::FETCH_MOMENTS:
+    case plan::StreamAction::WRITEBACK:
+      if (auto e2 = moveSlotState(a, a.kind() == plan::StreamAction::FETCH_MOMENTS)) return e2;
+      break;
     default: return err("the plan's schedule has an action of unknown kind");
     }
     if (onCpu) {

@@ -289,10 +289,14 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     switch (a.kind()) {
     case StreamAction::PREFETCH:
     case StreamAction::OFFLOAD:
+    case StreamAction::FETCH_MOMENTS: // m and v
+    case StreamAction::WRITEBACK:     // weights, m and v
       w.transfer = true;
-      t.transferBytes = unitWeightBytes[size_t(unit)];
+      t.transferBytes = unitWeightBytes[size_t(unit)] * (a.kind() == StreamAction::FETCH_MOMENTS ? 2
+                                                          : a.kind() == StreamAction::WRITEBACK   ? 3
+                                                                                                  : 1);
       w.amount = double(t.transferBytes);
-      (a.kind() == StreamAction::PREFETCH ? out.h2dBytes : out.d2hBytes) += t.transferBytes;
+      (a.stream() == StreamAction::H2D ? out.h2dBytes : out.d2hBytes) += t.transferBytes;
       break;
     case StreamAction::FORWARD:
     case StreamAction::BACKWARD: {
@@ -324,8 +328,8 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     }
     case StreamAction::UPDATE:
       t.parameters = unitUpdateParams[size_t(unit)];
-      // A resident unit's AdamW on the GPU reads the gradient, weight and
-      // moments and writes the last three: 28 bytes per parameter.
+      // AdamW on the GPU (a resident or adamw_on_gpu unit's) reads the
+      // gradient, weight and moments and writes the last three: 28 bytes per parameter.
       if (a.stream() == StreamAction::COMPUTE) {
         t.memoryBytes = 28.0 * double(t.parameters);
         w.amount = t.memoryBytes / r_.hbmBytesPerS;

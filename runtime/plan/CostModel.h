@@ -7,9 +7,12 @@
 //             and D2H running at the same time share pcie_both_gbps, in
 //             proportion to their own rates);
 //   OFFLOAD   the unit's fp32 gradients, same layout / PCIe D2H (shared likewise);
+//   FETCH_MOMENTS, WRITEBACK  twice and three times a PREFETCH's bytes (m, v;
+//             weights, m, v) over H2D and D2H;
 //   UPDATE    the parameters it updates (a tied one with its lowest-numbered
 //             unit, the last to add to its gradient) / CPU AdamW parameters/s;
-//             a resident unit's (compute stream): 28 bytes per parameter / HBM bandwidth;
+//             a resident or adamw_on_gpu unit's (compute stream): 28 bytes
+//             per parameter / HBM bandwidth;
 //   FORWARD,  GEMM flops / the GEMM rate of the plan's compute mode, plus the
 //   BACKWARD  bytes the other ops read and write / HBM bandwidth.
 // Then a discrete-event simulation runs the action list over four lanes (H2D,

@@ -139,6 +139,9 @@ private:
   std::vector<int> producer_;                          // activation -> unit, -1 for data
   std::vector<std::vector<std::pair<int, int>>> users_; // activation -> (unit, input position)
   std::vector<int> fwdAt_, bwdAt_, offAt_, updAt_;     // unit -> action index
+  std::vector<int> fetchAt_, wbAt_;                    // unit -> its FETCH_MOMENTS, WRITEBACK (adamw_on_gpu units)
+  bool moments_ = false;                               // the schedule has moment slots (anyAdamwOnGpu)
+  bool onGpu(int u) const { return p_.units(u).adamw_on_gpu() && !p_.units(u).resident(); }
 
   std::string unitName(int u) const { return "'" + p_.units(u).name() + "'"; }
   std::string actionText(int i) const {
@@ -150,8 +153,9 @@ private:
   }
   std::string actionRef(int i) const { return i < 0 ? std::string("no action") : actionText(i); }
   std::string activationName(int a) const { return "'" + p_.activations(a).name() + "'"; }
-  // Whether the unit's gradients have left its grad slot: offloaded, or (resident) applied by its UPDATE.
-  bool gradsRead(int u) const { return (p_.units(u).resident() ? updAt_ : offAt_)[size_t(u)] >= 0; }
+  // Whether the unit's gradients have left its grad slot: offloaded, or
+  // (resident, adamw_on_gpu) applied by its UPDATE.
+  bool gradsRead(int u) const { return (p_.units(u).resident() || onGpu(u) ? updAt_ : offAt_)[size_t(u)] >= 0; }
   bool gradFlows(int unit, int inputPos) const {
     const Template &t = p_.templates(p_.units(unit).template_id());
     return inputPos < t.input_has_gradient_size() && t.input_has_gradient(inputPos);
@@ -163,8 +167,11 @@ private:
     N_ = p_.units_size();
     if (K_ < 1 || G_ < 1) return violation("malformed plan", "the schedule has " + llvm::Twine(K_) + " weight slots and " + llvm::Twine(G_) + " grad slots");
     for (int i = 0; i < s_.events_size(); ++i) eventId_[s_.events(i)] = i;
-    for (char kind : {'w', 'g', 's'})
-      for (int k = 0; k < (kind == 'w' ? K_ : G_); ++k)
+    moments_ = anyAdamwOnGpu(p_);
+    std::vector<char> kinds{'w', 'g', 's'};
+    if (moments_) kinds.push_back('m');
+    for (char kind : kinds)
+      for (int k = 0; k < (kind == 'w' || kind == 'm' ? K_ : G_); ++k)
         for (bool ready : {true, false})
           if (!eventId_.count(slotEventName(kind, k, ready)))
             return violation("malformed plan", "the schedule has no event " + slotEventName(kind, k, ready));
@@ -177,8 +184,9 @@ private:
         return violation("malformed plan", "unit " + unitName(u) + " has no template " + llvm::Twine(unit.template_id()));
       for (int32_t id : unit.parameters())
         if (id < 0 || id >= p_.parameters_size()) return violation("malformed plan", "unit " + unitName(u) + " binds parameter " + llvm::Twine(id) + ", which does not exist");
-      if (unit.resident() && !canBeResident(p_, u))
-        return violation("malformed plan", "unit " + unitName(u) + " is resident, but it shares a parameter with another unit or has none");
+      if ((unit.resident() || unit.adamw_on_gpu()) && !canBeResident(p_, u))
+        return violation("malformed plan", "unit " + unitName(u) + (unit.resident() ? " is resident" : " runs its AdamW on the GPU") +
+                                               ", but it shares a parameter with another unit or has none");
       for (int32_t a : unit.activation_outputs()) {
         if (a < 0 || a >= A) return violation("malformed plan", "unit " + unitName(u) + " writes activation " + llvm::Twine(a) + ", which does not exist");
         if (producer_[size_t(a)] >= 0) return violation("malformed plan", "activation " + activationName(a) + " is written by two units");
@@ -197,14 +205,22 @@ private:
       const bool resident = p_.units(a.unit()).resident();
       if (resident && (a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::OFFLOAD))
         return violation("malformed plan", actionText(i) + ": unit " + unitName(a.unit()) + " is resident; its weights and gradients stay on the GPU");
-      StreamAction::Stream want = a.kind() == StreamAction::PREFETCH ? StreamAction::H2D
-                                  : a.kind() == StreamAction::OFFLOAD ? StreamAction::D2H
-                                  : a.kind() == StreamAction::UPDATE && !resident ? StreamAction::CPU
-                                                                                  : StreamAction::COMPUTE;
+      // An adamw_on_gpu unit's gradients stay on the GPU; only such a unit's moments move.
+      const bool gpuAdamw = onGpu(a.unit());
+      const bool momentAction = a.kind() == StreamAction::FETCH_MOMENTS || a.kind() == StreamAction::WRITEBACK;
+      if ((gpuAdamw && a.kind() == StreamAction::OFFLOAD) || (!gpuAdamw && momentAction))
+        return violation("malformed plan", actionText(i) + ": unit " + unitName(a.unit()) +
+                                               (gpuAdamw ? " runs its AdamW on the GPU; its gradients stay there"
+                                                         : " does not run its AdamW on the GPU while it streams"));
+      StreamAction::Stream want = a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::FETCH_MOMENTS ? StreamAction::H2D
+                                  : a.kind() == StreamAction::OFFLOAD || a.kind() == StreamAction::WRITEBACK ? StreamAction::D2H
+                                  : a.kind() == StreamAction::UPDATE && !resident && !gpuAdamw           ? StreamAction::CPU
+                                                                                                          : StreamAction::COMPUTE;
       if (a.stream() != want)
         return violation("malformed plan", actionText(i) + " is on stream " + streamName(a.stream()) + ", not " + streamName(want));
-      bool usesWeights = !resident && (a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::FORWARD ||
-                                       a.kind() == StreamAction::BACKWARD);
+      bool usesWeights = (!resident && (a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::FORWARD ||
+                                        a.kind() == StreamAction::BACKWARD)) ||
+                         momentAction || (gpuAdamw && a.kind() == StreamAction::UPDATE);
       bool usesGrads = a.kind() == StreamAction::BACKWARD || a.kind() == StreamAction::OFFLOAD || a.kind() == StreamAction::UPDATE;
       if (usesWeights != (a.weight_slot() >= 0) || a.weight_slot() >= K_)
         return violation("malformed plan", actionText(i) + " has weight slot " + llvm::Twine(a.weight_slot()) + " (of " + llvm::Twine(K_) + ")");
@@ -248,8 +264,12 @@ private:
   llvm::Error simulate() {
     latest_.assign(size_t(s_.events_size()), -1);
     fwdAt_.assign(size_t(N_), -1);
-    bwdAt_ = offAt_ = updAt_ = fwdAt_;
-    std::vector<int> lastPrefetch(size_t(K_), -1), lastCompute(size_t(K_), -1);
+    bwdAt_ = offAt_ = updAt_ = fetchAt_ = wbAt_ = fwdAt_;
+    // lastCompute: a weight slot's last reader (a compute, or the WRITEBACK of
+    // an adamw_on_gpu unit); awaitingWriteback: such a unit whose BACKWARD used
+    // the slot and whose WRITEBACK has not been issued yet (-1: none).
+    std::vector<int> lastPrefetch(size_t(K_), -1), lastCompute(size_t(K_), -1), awaitingWriteback(size_t(K_), -1);
+    std::vector<int> lastFetch(size_t(K_), -1), lastMomentRelease(size_t(K_), -1); // moment slots
     std::vector<int> lastBackwardInto(size_t(G_), -1), lastOffload(size_t(G_), -1), lastUpdate(size_t(G_), -1);
     std::vector<int> lastGradRelease(size_t(G_), -1); // the OFFLOAD, or a resident unit's UPDATE, that last read a grad slot
     for (int i = 0; i < s_.actions_size(); ++i) {
@@ -257,6 +277,8 @@ private:
       const int u = a.unit(), k = a.weight_slot(), g = a.grad_slot();
       switch (a.kind()) {
       case StreamAction::PREFETCH:
+        if (int w = awaitingWriteback[size_t(k)]; w >= 0)
+          return violation("slot reused early", actionText(i) + " overwrites weight slot " + llvm::Twine(k) + " before the WRITEBACK of " + unitName(w));
         if (lastCompute[size_t(k)] >= 0)
           if (auto e = requireWait(i, 'w', k, false, lastCompute[size_t(k)], "slot reused early", "the slot's last reader"))
             return e;
@@ -283,6 +305,7 @@ private:
           break;
         }
         if (auto e = firstTime(bwdAt_, i, "BACKWARD")) return e;
+        if (onGpu(u)) awaitingWriteback[size_t(k)] = u;
         if (fwdAt_[size_t(u)] < 0) return violation("read before write", actionText(i) + " comes before the unit's FORWARD");
         for (int32_t out : p_.units(u).activation_outputs())
           for (auto [c, pos] : users_[size_t(out)])
@@ -312,7 +335,45 @@ private:
         lastOffload[size_t(g)] = lastGradRelease[size_t(g)] = i;
         break;
       }
+      case StreamAction::FETCH_MOMENTS: {
+        if (int w = awaitingWriteback[size_t(k)]; w >= 0)
+          return violation("slot reused early", actionText(i) + " overwrites moment slot " + llvm::Twine(k) + " before the WRITEBACK of " + unitName(w));
+        if (lastMomentRelease[size_t(k)] >= 0)
+          if (auto e = requireWait(i, 'm', k, false, lastMomentRelease[size_t(k)], "slot reused early", "the moment slot's last WRITEBACK"))
+            return e;
+        if (auto e = firstTime(fetchAt_, i, "FETCH_MOMENTS")) return e;
+        lastFetch[size_t(k)] = i;
+        break;
+      }
+      case StreamAction::WRITEBACK: {
+        int up = updAt_[size_t(u)];
+        if (up < 0 || s_.actions(up).weight_slot() != k)
+          return violation("read before write", actionText(i) + " reads weight slot " + llvm::Twine(k) + ", but the unit's UPDATE (" + actionRef(up) + ") did not step it");
+        if (auto e = requireWait(i, 'm', k, true, up, waits(a, ev('m', k, true)) ? "read before write" : "missing wait", "the UPDATE that stepped it"))
+          return e;
+        if (auto e = firstTime(wbAt_, i, "WRITEBACK")) return e;
+        lastCompute[size_t(k)] = lastMomentRelease[size_t(k)] = i;
+        awaitingWriteback[size_t(k)] = -1;
+        break;
+      }
       case StreamAction::UPDATE: {
+        if (onGpu(u)) { // from its grad slot into its weight and moment slots, on the compute stream
+          int b = bwdAt_[size_t(u)];
+          if (b < 0 || s_.actions(b).grad_slot() != g || s_.actions(b).weight_slot() != k)
+            return violation("read before write", actionText(i) + " reads grad slot " + llvm::Twine(g) + " and weight slot " + llvm::Twine(k) +
+                                                      ", but the unit's BACKWARD (" + actionRef(b) + ") did not use them");
+          if (auto e = requireWait(i, 'g', g, true, b, waits(a, ev('g', g, true)) ? "read before write" : "missing wait", "the BACKWARD that wrote it"))
+            return e;
+          int f = fetchAt_[size_t(u)];
+          if (f < 0 || lastFetch[size_t(k)] != f)
+            return violation("read before prefetch", actionText(i) + " reads moment slot " + llvm::Twine(k) + ", whose last FETCH_MOMENTS is " +
+                                                         actionRef(lastFetch[size_t(k)]) + ", not one of unit " + unitName(u));
+          if (auto e = requireWait(i, 'm', k, true, f, waits(a, ev('m', k, true)) ? "read before prefetch" : "missing wait", "the FETCH_MOMENTS of its moments"))
+            return e;
+          if (auto e = firstTime(updAt_, i, "UPDATE")) return e;
+          lastGradRelease[size_t(g)] = i;
+          break;
+        }
         if (p_.units(u).resident()) { // from the grad slot its BACKWARD wrote, on the same stream
           int b = bwdAt_[size_t(u)];
           if (b < 0 || s_.actions(b).grad_slot() != g)
@@ -338,10 +399,14 @@ private:
     }
     const std::pair<const std::vector<int> *, const char *> every[] = {
         {&fwdAt_, "FORWARD"}, {&bwdAt_, "BACKWARD"}, {&offAt_, "OFFLOAD"}, {&updAt_, "UPDATE"}};
-    for (int u = 0; u < N_; ++u)
+    for (int u = 0; u < N_; ++u) {
       for (auto [at, what] : every)
-        if ((*at)[size_t(u)] < 0 && !(at == &offAt_ && p_.units(u).resident()))
+        if ((*at)[size_t(u)] < 0 && !(at == &offAt_ && (p_.units(u).resident() || onGpu(u))))
           return violation("malformed plan", "unit " + unitName(u) + " has no " + what);
+      if (onGpu(u) && (fetchAt_[size_t(u)] < 0 || wbAt_[size_t(u)] < 0))
+        return violation("malformed plan", "unit " + unitName(u) + " runs its AdamW on the GPU but has no " +
+                                               (fetchAt_[size_t(u)] < 0 ? "FETCH_MOMENTS" : "WRITEBACK"));
+    }
     return llvm::Error::success();
   }
 
@@ -406,6 +471,8 @@ private:
                            "the saved activations of unit '" + p_.units(u).name() + "'"))
         return e;
     }
+    for (int k = 0; k < K_ && moments_; ++k)
+      if (auto e = require(DeviceRegion::MOMENT_SLOT, k, 2 * slotBytes, 0, last, "the AdamW moments of the largest streamed unit")) return e;
     for (int u = 0; u < N_; ++u)
       if (p_.units(u).resident())
         if (auto e = require(DeviceRegion::RESIDENT, u, residentLayout(p_, u).bytes, 0, last,

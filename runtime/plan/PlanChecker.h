@@ -13,10 +13,14 @@
 //   waits w<k>.ready whose latest record is the PREFETCH of u into k (the
 //   forward's PREFETCH where the weights are still resident); OFFLOAD waits
 //   g<g>.ready recorded by the BACKWARD of its unit; UPDATE waits s<g>.ready
-//   recorded by its OFFLOAD; activations and their gradients are written
-//   before they are read, and the regions' lifetimes cover those actions;
+//   recorded by its OFFLOAD; an adamw_on_gpu unit's UPDATE waits g<g>.ready
+//   of its BACKWARD and m<k>.ready of its FETCH_MOMENTS, and its WRITEBACK
+//   waits m<k>.ready of that UPDATE; activations and their gradients are
+//   written before they are read, and the regions' lifetimes cover those actions;
 // - a slot is reused only after its last consumer's event: a PREFETCH into
-//   weight slot k waits w<k>.free recorded by the last compute that read k;
+//   weight slot k waits w<k>.free recorded by the last compute that read k
+//   (or the WRITEBACK of an adamw_on_gpu unit, which must come first);
+//   a FETCH_MOMENTS into moment slot k waits m<k>.free of its last WRITEBACK;
 //   a BACKWARD into grad slot g waits g<g>.free of the last OFFLOAD of g (and
 //   that OFFLOAD was of the previous BACKWARD into g); an OFFLOAD into
 //   staging slot s waits s<s>.free of the last UPDATE of s (likewise);

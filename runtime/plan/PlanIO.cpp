@@ -98,7 +98,8 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
   const uint32_t version = uint32_t(getLE(data.data(), 4)), crc = uint32_t(getLE(data.data() + 4, 4));
   const uint64_t size = getLE(data.data() + 8, 8);
   data = data.drop_front(kHeaderBytes);
-  if (version != kFormatVersion && version != 4) {
+  // Formats 4 and 5 are 6 without its additions (GPU AdamW for streamed units).
+  if (version != kFormatVersion && version != 4 && version != 5) {
     // Name the megac that wrote it where the payload still parses.
     std::string writer = parseWholeMessage(data, p) ? p.megac_version() : std::string("?");
     return otherVersion(path, version, writer);

@@ -12,9 +12,10 @@ namespace megac::plan {
 // Bumped whenever the format changes incompatibly.
 // 2: device memory plan, stream schedule, unit-blocked host layout; 3: tied
 // parameters marked; 4: a header with the payload's size and CRC-32; 5: the
-// model's path relative to the plan, and the model's hash (Plan.model_hash).
-// readPlan reads format 4 too (an absolute model path, no hash).
-inline constexpr uint32_t kFormatVersion = 5;
+// model's path relative to the plan, and the model's hash (Plan.model_hash);
+// 6: streamed units whose AdamW runs on the GPU (Unit.adamw_on_gpu).
+// readPlan reads formats 4 (an absolute model path, no hash) and 5 too.
+inline constexpr uint32_t kFormatVersion = 6;
 inline constexpr const char *kMegacVersion = "0.1";
 
 // A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the

@@ -63,6 +63,7 @@ const char *deviceCategoryName(DeviceRegion::Kind k) {
   case DeviceRegion::CONSTANTS: return "constants";
   case DeviceRegion::SAVED: return "saved activations";
   case DeviceRegion::RESIDENT: return "resident units";
+  case DeviceRegion::MOMENT_SLOT: return "moment slots";
   default: return "unknown";
   }
 }
@@ -114,12 +115,18 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   r.bytesPerParameter = m.parameters > 0 ? double(r.hostBytes) / double(m.parameters) : 0;
 
   for (const StreamAction &a : s.actions()) {
-    if (a.kind() != StreamAction::PREFETCH && a.kind() != StreamAction::OFFLOAD) continue;
+    // Weights in, gradients out; an adamw_on_gpu unit's moments in, and its weights and moments out.
+    const int64_t copies = a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::OFFLOAD ? 1
+                           : a.kind() == StreamAction::FETCH_MOMENTS                                ? 2
+                           : a.kind() == StreamAction::WRITEBACK                                    ? 3
+                                                                                                    : 0;
+    if (copies == 0) continue;
     if (a.unit() < 0 || a.unit() >= p.units_size())
       return err("schedule action refers to unit " + llvm::Twine(a.unit()) + ", which does not exist");
-    int64_t bytes = unitWeightLayout(p, a.unit()).bytes;
-    (a.kind() == StreamAction::PREFETCH ? r.h2dBytesPerMicroBatch : r.d2hBytesPerMicroBatch) += bytes;
+    int64_t bytes = copies * unitWeightLayout(p, a.unit()).bytes;
+    (a.stream() == StreamAction::H2D ? r.h2dBytesPerMicroBatch : r.d2hBytesPerMicroBatch) += bytes;
   }
+  r.momentsMove = anyAdamwOnGpu(p);
   r.h2dBytesPerStep = r.h2dBytesPerMicroBatch * m.microBatchesPerStep;
   r.d2hBytesPerStep = r.d2hBytesPerMicroBatch * m.microBatchesPerStep;
 
@@ -159,6 +166,7 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
     ur.weightBytes = 4 * ur.parameters; // fp32 on the host
     ur.keepsActivations = u.keep_activations();
     ur.resident = u.resident();
+    ur.adamwOnGpu = u.adamw_on_gpu() && !u.resident();
     if (ur.keepsActivations && hasKeepPrograms(p.templates(u.template_id())))
       ur.savedBytes = savedLayout(p.templates(u.template_id())).bytes;
     ++r.templates[size_t(u.template_id())].units;
@@ -282,6 +290,7 @@ static void printHostWithSchedule(llvm::raw_ostream &os, const MemoryReport &m, 
 static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
   os << "\nGPU memory (one allocation; " << s.weightSlots << " weight slots, " << s.gradSlots << " grad slots):\n";
   for (const DeviceCategory &c : s.device) {
+    if (c.kind == DeviceRegion::MOMENT_SLOT && c.regions == 0) continue; // only where AdamW runs on the GPU for streamed units
     std::string label = std::string(deviceCategoryName(c.kind)) + ":";
     os << "  " << llvm::left_justify(label, 19);
     printBytes(os, c.footprintBytes);
@@ -298,9 +307,9 @@ static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
 
 static void printMoved(llvm::raw_ostream &os, const MemoryReport &m, const ScheduleReport &s) {
   os << "\nmoved per step (" << microBatches(m.microBatchesPerStep) << "):\n";
-  os << "  host to device (weights):   ";
+  os << (s.momentsMove ? "  host to device (weights, AdamW moments):   " : "  host to device (weights):   ");
   printBytes(os, s.h2dBytesPerStep);
-  os << "\n  device to host (gradients): ";
+  os << (s.momentsMove ? "\n  device to host (gradients, weights, moments): " : "\n  device to host (gradients): ");
   printBytes(os, s.d2hBytesPerStep);
   os << "\n";
 }
@@ -346,6 +355,12 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   else
     os << "  resident units: " << resident << " of " << r.units.size() << " (" << residentParams
        << " parameters whose weights and AdamW moments stay on the GPU and step there)\n";
+  int64_t onGpu = 0, onGpuParams = 0;
+  for (const UnitReport &u : r.units)
+    if (u.adamwOnGpu) ++onGpu, onGpuParams += u.parameters;
+  if (onGpu)
+    os << "  AdamW on the GPU: " << onGpu << " streamed " << (onGpu == 1 ? "unit" : "units") << " (" << onGpuParams
+       << " parameters whose moments come in with their weights in the backward, step there and go back)\n";
   os << "  format version: " << p.format_version() << " (megac " << p.megac_version() << ")\n";
 
   os << "\nunits (" << r.units.size() << ", in forward order):\n";
@@ -356,6 +371,7 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
        << " parameters";
     if (ur.keepsActivations) os << ", keeps its activations (" << ur.savedBytes << " bytes saved)";
     if (ur.resident) os << ", resident";
+    if (ur.adamwOnGpu) os << ", AdamW on the GPU";
     os << "\n";
     auto activations = [&](const char *label, const google::protobuf::RepeatedField<int32_t> &ids) {
       for (int32_t a : ids) {
@@ -501,6 +517,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
                                        {"weight_bytes", ur.weightBytes},
                                        {"keeps_activations", ur.keepsActivations},
                                        {"resident", ur.resident},
+                                       {"adamw_on_gpu", ur.adamwOnGpu},
                                        {"saved_bytes", ur.savedBytes},
                                        {"inputs", activations(p.units(i).activation_inputs())},
                                        {"outputs", activations(p.units(i).activation_outputs())}});

@@ -22,6 +22,7 @@ struct UnitReport {
   bool keepsActivations = false; // the recompute policy's choice (else: recomputes its forward)
   int64_t savedBytes = 0;        // GPU bytes of its saved values when it keeps them
   bool resident = false;         // the resident-unit policy's choice: weights and AdamW moments stay on the GPU
+  bool adamwOnGpu = false;       // the GPU-AdamW policy's choice: streams, and its AdamW runs on the GPU
 };
 
 struct TemplateReport {
@@ -81,8 +82,11 @@ struct ScheduleReport {
   int64_t pinnedStagingBytes = 0;
   int64_t hostBytes = 0;
   double bytesPerParameter = 0;
-  // Bytes each way over PCIe: the schedule's PREFETCHes and OFFLOADs.
+  // Bytes each way over PCIe: the schedule's PREFETCHes and OFFLOADs, and
+  // (momentsMove: where a unit's AdamW runs on the GPU while it streams) its
+  // FETCH_MOMENTS and WRITEBACKs.
   int64_t h2dBytesPerMicroBatch = 0, d2hBytesPerMicroBatch = 0;
+  bool momentsMove = false;
   int64_t h2dBytesPerStep = 0, d2hBytesPerStep = 0;
   // The cost model's prediction for one micro-batch (absent, with the
   // reason, when it cannot simulate the schedule).

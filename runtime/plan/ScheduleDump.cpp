@@ -57,8 +57,13 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
     const bool resident = a.unit() >= 0 && a.unit() < p.units_size() && p.units(a.unit()).resident();
     if (resident && a.kind() != StreamAction::UPDATE) os << " (resident)";
     if (a.weight_slot() >= 0) os << " w" << a.weight_slot();
-    if (a.grad_slot() >= 0 && (a.kind() != StreamAction::UPDATE || resident)) os << " g" << a.grad_slot();
-    if (a.grad_slot() >= 0 && a.kind() != StreamAction::BACKWARD && !resident) os << " s" << a.grad_slot(); // staging
+    // An UPDATE on the GPU (resident, or adamw_on_gpu) reads the grad slot; the CPU's, the staging slot.
+    const bool gpuUpdate = a.kind() == StreamAction::UPDATE && a.stream() == StreamAction::COMPUTE;
+    if (a.grad_slot() >= 0 && (a.kind() != StreamAction::UPDATE || gpuUpdate)) os << " g" << a.grad_slot();
+    if (a.grad_slot() >= 0 && a.kind() != StreamAction::BACKWARD && !gpuUpdate) os << " s" << a.grad_slot(); // staging
+    if (a.kind() == StreamAction::FETCH_MOMENTS || a.kind() == StreamAction::WRITEBACK ||
+        (gpuUpdate && a.weight_slot() >= 0))
+      os << " m" << a.weight_slot(); // the moment slot beside the weight slot
     os << ", waits";
     printEvents(s, a.waits(), os);
     os << ", records";

@@ -244,12 +244,18 @@ int64_t workspaceBudgetBytes(const Plan &p) {
   return alignUp(most) + alignUp(attentionStashBytes(p)) + kGemmWorkspaceBytes;
 }
 
+bool anyAdamwOnGpu(const Plan &p) {
+  for (const Unit &u : p.units())
+    if (u.adamw_on_gpu() && !u.resident()) return true;
+  return false;
+}
+
 std::string slotEventName(char slotKind, int slot, bool ready) {
   return std::string(1, slotKind) + std::to_string(slot) + (ready ? ".ready" : ".free");
 }
 
 bool parseSlotEventName(llvm::StringRef name, char &slotKind, int &slot, bool &ready) {
-  if (name.size() < 3 || (name[0] != 'w' && name[0] != 'g' && name[0] != 's')) return false;
+  if (name.size() < 3 || (name[0] != 'w' && name[0] != 'g' && name[0] != 's' && name[0] != 'm')) return false;
   slotKind = name[0];
   auto [num, what] = name.drop_front(1).split('.');
   if (num.empty() || num.getAsInteger(10, slot) || slot < 0) return false;
@@ -270,6 +276,7 @@ const char *regionKindName(DeviceRegion::Kind k) {
   case DeviceRegion::CONSTANTS: return "CONSTANTS";
   case DeviceRegion::SAVED: return "SAVED";
   case DeviceRegion::RESIDENT: return "RESIDENT";
+  case DeviceRegion::MOMENT_SLOT: return "MOMENT_SLOT";
   default: return "UNKNOWN_REGION";
   }
 }
@@ -281,6 +288,8 @@ const char *actionKindName(StreamAction::Kind k) {
   case StreamAction::BACKWARD: return "BACKWARD";
   case StreamAction::OFFLOAD: return "OFFLOAD";
   case StreamAction::UPDATE: return "UPDATE";
+  case StreamAction::FETCH_MOMENTS: return "FETCH_MOMENTS";
+  case StreamAction::WRITEBACK: return "WRITEBACK";
   default: return "UNKNOWN_ACTION";
   }
 }

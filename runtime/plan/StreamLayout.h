@@ -43,6 +43,19 @@ inline ResidentLayout residentLayout(const Plan &p, int unitIndex) {
   return {0, b, 2 * b, 3 * b};
 }
 
+// An adamw_on_gpu unit's moments in the MOMENT_SLOT of its weight slot: m,
+// then v, each a unitWeightLayout of `bytes`. The region holds twice the
+// weight slot's bytes.
+struct MomentLayout {
+  int64_t m = 0, v = 0, bytes = 0;
+};
+inline MomentLayout momentLayout(const Plan &p, int unitIndex) {
+  const int64_t b = unitWeightLayout(p, unitIndex).bytes;
+  return {0, b, 2 * b};
+}
+// Whether any unit's AdamW runs on the GPU while it streams (the schedule then has moment slots and m events).
+bool anyAdamwOnGpu(const Plan &p);
+
 // The templates' constants in the CONSTANTS region: templates in order, each
 // forward, backward, then (where present) forward_keep and backward_kept
 // program, CONSTANT values in id order, each 256-byte aligned; the runtime
@@ -144,7 +157,8 @@ int64_t gemmPackBytes(const Program &p);       // bf16 copies of the largest Mat
 int64_t workspaceBudgetBytes(const Plan &p);
 
 // Event names of a schedule: "w<k>.ready", "w<k>.free" (weight slots),
-// "g<k>.*" (grad slots), "s<k>.*" (pinned host staging slots).
+// "g<k>.*" (grad slots), "s<k>.*" (pinned host staging slots), "m<k>.*"
+// (moment slots, beside weight slot k).
 std::string slotEventName(char slotKind, int slot, bool ready);
 // Parses such a name; false if it is not one.
 bool parseSlotEventName(llvm::StringRef name, char &slotKind, int &slot, bool &ready);

@@ -61,6 +61,11 @@ private:
   llvm::Error offload(int i, const plan::StreamAction &a);
   llvm::Error update(int i, const plan::StreamAction &a);
   llvm::Error updateFrom(int i, int unit, const uint8_t *gradBase, bool poisoned);
+  // An adamw_on_gpu unit's moments in, its AdamW in the slots, and all three back out.
+  llvm::Error fetchMoments(int i, const plan::StreamAction &a);
+  llvm::Error updateInSlots(int i, const plan::StreamAction &a);
+  llvm::Error writeback(int i, const plan::StreamAction &a);
+  bool onGpu(int u) const { return plan_.units(u).adamw_on_gpu() && !plan_.units(u).resident(); }
 
   std::string actionText(int i) const;
   llvm::Expected<uint8_t *> region(plan::DeviceRegion::Kind kind, int index, int64_t atLeast, int64_t *offset = nullptr);
@@ -92,7 +97,7 @@ private:
 
   ShadowMemory shadow_, stagingShadow_;
   int64_t nextStamp_ = 0, pass_ = 0;
-  std::vector<Fill> weightSlot_, gradSlot_, stagingSlot_, activation_, activationGrad_, saved_, resident_;
+  std::vector<Fill> weightSlot_, gradSlot_, stagingSlot_, activation_, activationGrad_, saved_, resident_, momentSlot_;
 
   // This micro-batch.
   bool backwardPass_ = false;
@@ -161,6 +166,8 @@ llvm::Error StreamExecutor::init() {
         return err("unit '" + plan_.units(u).name() + "' is resident, but it shares a parameter with another unit or has none");
       anyResident_ = true;
     }
+    if (onGpu(u) && !plan::canBeResident(plan_, u))
+      return err("unit '" + plan_.units(u).name() + "' runs its AdamW on the GPU, but it shares a parameter with another unit or has none");
   }
   for (const plan::Template &t : plan_.templates()) savedLayouts_.push_back(plan::hasKeepPrograms(t) ? plan::savedLayout(t) : plan::SavedLayout{});
   const int A = plan_.activations_size();
@@ -189,6 +196,7 @@ llvm::Error StreamExecutor::init() {
   slotVerdict_.assign(size_t(s.grad_slots()), false);
   stagingVerdict_ = slotVerdict_;
   weightSlot_.assign(size_t(s.weight_slots()), {});
+  momentSlot_ = weightSlot_;
   gradSlot_.assign(size_t(s.grad_slots()), {});
   stagingSlot_ = gradSlot_;
   activation_.assign(size_t(A), {});
@@ -583,6 +591,96 @@ llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
   return updateFrom(i, u, staging_.data() + off, stagingVerdict_[size_t(g)]);
 }
 
+llvm::Error StreamExecutor::fetchMoments(int i, const plan::StreamAction &a) {
+  const int u = a.unit(), k = a.weight_slot();
+  const plan::Unit &unit = plan_.units(u);
+  if (!onGpu(u)) return err("schedule: " + actionText(i) + ": the unit does not run its AdamW on the GPU");
+  if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  const plan::MomentLayout ml = plan::momentLayout(plan_, u);
+  int64_t off = 0;
+  auto slot = region(plan::DeviceRegion::MOMENT_SLOT, k, ml.bytes, &off);
+  if (!slot) return slot.takeError();
+  for (auto [at, host] : {std::pair<int64_t, const std::vector<float> *>{ml.m, &state_.m}, {ml.v, &state_.v}})
+    for (int j = 0; j < unit.parameters_size(); ++j) {
+      const plan::Parameter &p = plan_.parameters(unit.parameters(j));
+      std::memcpy(*slot + at + lay.offsets[size_t(j)], host->data() + p.host_offset(), size_t(p.numel()) * 4);
+    }
+  momentSlot_[size_t(k)] = fill(i, u, off, ml.bytes, shadow_, "moment slot " + std::to_string(k) + " (unit '" + unit.name() + "')");
+  return llvm::Error::success();
+}
+
+// AdamW on the GPU for a unit that streams: the grad slot's gradients step
+// the weights in its weight slot and the moments in its moment slot.
+llvm::Error StreamExecutor::updateInSlots(int i, const plan::StreamAction &a) {
+  const int u = a.unit(), k = a.weight_slot(), g = a.grad_slot();
+  const plan::Unit &unit = plan_.units(u);
+  if (a.stream() != plan::StreamAction::COMPUTE) return err("schedule: " + actionText(i) + ": the unit's AdamW runs on the compute stream");
+  if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  const plan::MomentLayout ml = plan::momentLayout(plan_, u);
+  int64_t gOff = 0, wOff = 0, mOff = 0;
+  auto gs = region(plan::DeviceRegion::GRAD_SLOT, g, lay.bytes, &gOff);
+  if (!gs) return gs.takeError();
+  auto ws = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &wOff);
+  if (!ws) return ws.takeError();
+  auto ms = region(plan::DeviceRegion::MOMENT_SLOT, k, ml.bytes, &mOff);
+  if (!ms) return ms.takeError();
+  if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, gOff, lay.bytes, shadow_)) return e;
+  if (auto e = expect(i, weightSlot_[size_t(k)], "weight slot " + std::to_string(k), u, wOff, lay.bytes, shadow_)) return e;
+  if (auto e = expect(i, momentSlot_[size_t(k)], "moment slot " + std::to_string(k), u, mOff, ml.bytes, shadow_)) return e;
+  const bool poisoned = poison_ && !plan_.optimizer().no_finite_check();
+  if (!poisoned) {
+    for (int j = 0; j < unit.parameters_size(); ++j) {
+      const int32_t pid = unit.parameters(j);
+      const plan::Parameter &p = plan_.parameters(pid);
+      const int64_t o = lay.offsets[size_t(j)];
+      const float *grad = reinterpret_cast<const float *>(*gs + o);
+      if (grads_) { // the step keeps its gradients: added on the host, the slots left as they are
+        float *dst = grads_->data() + p.host_offset();
+        for (int64_t x = 0; x < p.numel(); ++x) dst[x] += grad[x];
+        continue;
+      }
+      updateParamAt(pid, reinterpret_cast<float *>(*ws + o), grad, reinterpret_cast<float *>(*ms + ml.m + o),
+                    reinterpret_cast<float *>(*ms + ml.v + o), lr_, 1.0f);
+    }
+    if (!grads_) updated_[size_t(u)] = true;
+  }
+  weightSlot_[size_t(k)] = fill(i, u, wOff, lay.bytes, shadow_, "weight slot " + std::to_string(k) + " (unit '" + unit.name() + "', stepped)");
+  momentSlot_[size_t(k)] = fill(i, u, mOff, ml.bytes, shadow_, "moment slot " + std::to_string(k) + " (unit '" + unit.name() + "', stepped)");
+  return llvm::Error::success();
+}
+
+llvm::Error StreamExecutor::writeback(int i, const plan::StreamAction &a) {
+  const int u = a.unit(), k = a.weight_slot();
+  const plan::Unit &unit = plan_.units(u);
+  if (!onGpu(u)) return err("schedule: " + actionText(i) + ": the unit does not run its AdamW on the GPU");
+  if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
+  const plan::WeightLayout &lay = layouts_[size_t(u)];
+  const plan::MomentLayout ml = plan::momentLayout(plan_, u);
+  int64_t wOff = 0, mOff = 0;
+  auto ws = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &wOff);
+  if (!ws) return ws.takeError();
+  auto ms = region(plan::DeviceRegion::MOMENT_SLOT, k, ml.bytes, &mOff);
+  if (!ms) return ms.takeError();
+  // Both must be what this unit's UPDATE left (its weights stepped, not only prefetched).
+  for (auto [f, what] : {std::pair<const Fill *, const char *>{&weightSlot_[size_t(k)], "weight slot "}, {&momentSlot_[size_t(k)], "moment slot "}}) {
+    const bool weights = f == &weightSlot_[size_t(k)];
+    if (auto e = expect(i, *f, what + std::to_string(k), u, weights ? wOff : mOff, weights ? lay.bytes : ml.bytes, shadow_)) return e;
+    if (f->action < 0 || s_->actions(f->action).kind() != plan::StreamAction::UPDATE)
+      return err("schedule: " + actionText(i) + " writes back " + what + std::to_string(k) + " before the unit's UPDATE stepped it (it holds what " +
+                 (f->action >= 0 ? actionText(f->action) : std::string("the runtime")) + " wrote)");
+  }
+  for (auto [src, host] : {std::pair<const uint8_t *, std::vector<float> *>{*ws, &state_.params},
+                           {*ms + ml.m, &state_.m},
+                           {*ms + ml.v, &state_.v}})
+    for (int j = 0; j < unit.parameters_size(); ++j) {
+      const plan::Parameter &p = plan_.parameters(unit.parameters(j));
+      std::memcpy(host->data() + p.host_offset(), src + lay.offsets[size_t(j)], size_t(p.numel()) * 4);
+    }
+  return llvm::Error::success();
+}
+
 llvm::Error StreamExecutor::execute(int i) {
   const plan::StreamAction &a = s_->actions(i);
   switch (a.kind()) {
@@ -590,7 +688,9 @@ llvm::Error StreamExecutor::execute(int i) {
   case plan::StreamAction::FORWARD:
   case plan::StreamAction::BACKWARD: return compute(i, a);
   case plan::StreamAction::OFFLOAD: return offload(i, a);
-  case plan::StreamAction::UPDATE: return update(i, a);
+  case plan::StreamAction::UPDATE: return onGpu(a.unit()) ? updateInSlots(i, a) : update(i, a);
+  case plan::StreamAction::FETCH_MOMENTS: return fetchMoments(i, a);
+  case plan::StreamAction::WRITEBACK: return writeback(i, a);
   default: return err("schedule: action " + llvm::Twine(i) + " has an unknown kind");
   }
 }

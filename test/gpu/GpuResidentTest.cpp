@@ -21,24 +21,30 @@ namespace {
 TEST(GpuResident, ClippedStepsMatchTheStreamingPlan) {
   const float clip = 0.05f; // below these fixtures' gradient norm: every step clips
   plan::Plan streamed = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 0, clip);
-  plan::Plan resident = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 2, clip);
-  ASSERT_TRUE(resident.units(0).resident() && resident.units(1).resident() && !resident.units(2).resident());
-  auto a = gpuTrainer(streamed), b = gpuTrainer(resident);
-  ASSERT_TRUE(a && b);
-  Tensor ids = loadRef("llama", "input_ids.pb"), targets = loadRef("llama", "targets.pb");
-  for (int s = 0; s < 3; ++s) {
-    auto la = a->step({{ids, targets}}, 1e-2f), lb = b->step({{ids, targets}}, 1e-2f);
-    ASSERT_TRUE(bool(la)) << llvm::toString(la.takeError());
-    ASSERT_TRUE(bool(lb)) << llvm::toString(lb.takeError());
-    EXPECT_GT(la->gradNorm, clip);
-    EXPECT_NEAR(lb->gradNorm, la->gradNorm, 1e-5 * la->gradNorm) << "step " << s + 1;
-    EXPECT_NEAR(lb->loss, la->loss, 1e-5 * std::abs(la->loss)) << "step " << s + 1;
-  }
-  const runtime::HostState &sa = a->currentState(), &sb = b->currentState();
-  EXPECT_EQ(sa.step, sb.step);
-  for (const plan::Parameter &pp : streamed.parameters()) {
-    EXPECT_LT(paramError(sb.m, sa.m, pp), 1e-4) << pp.name() << " first moment";
-    EXPECT_LT(paramError(sb.params, sa.params, pp), 1e-3) << pp.name();
+  // Two resident units; then two streamed units whose AdamW runs on the GPU
+  // (with --clip their gradients are read back and their slots written back unchanged).
+  for (auto [resident, gpuAdamw] : {std::pair<int, int>{2, 0}, {0, 2}}) {
+    SCOPED_TRACE("resident " + std::to_string(resident) + ", AdamW on the GPU " + std::to_string(gpuAdamw));
+    plan::Plan other = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, resident, clip, gpuAdamw);
+    ASSERT_TRUE(resident ? other.units(0).resident() && other.units(1).resident() && !other.units(2).resident()
+                         : other.units(0).adamw_on_gpu() && other.units(1).adamw_on_gpu() && !other.units(2).adamw_on_gpu());
+    auto a = gpuTrainer(streamed), b = gpuTrainer(other);
+    ASSERT_TRUE(a && b);
+    Tensor ids = loadRef("llama", "input_ids.pb"), targets = loadRef("llama", "targets.pb");
+    for (int s = 0; s < 3; ++s) {
+      auto la = a->step({{ids, targets}}, 1e-2f), lb = b->step({{ids, targets}}, 1e-2f);
+      ASSERT_TRUE(bool(la)) << llvm::toString(la.takeError());
+      ASSERT_TRUE(bool(lb)) << llvm::toString(lb.takeError());
+      EXPECT_GT(la->gradNorm, clip);
+      EXPECT_NEAR(lb->gradNorm, la->gradNorm, 1e-5 * la->gradNorm) << "step " << s + 1;
+      EXPECT_NEAR(lb->loss, la->loss, 1e-5 * std::abs(la->loss)) << "step " << s + 1;
+    }
+    const runtime::HostState &sa = a->currentState(), &sb = b->currentState();
+    EXPECT_EQ(sa.step, sb.step);
+    for (const plan::Parameter &pp : streamed.parameters()) {
+      EXPECT_LT(paramError(sb.m, sa.m, pp), 1e-4) << pp.name() << " first moment";
+      EXPECT_LT(paramError(sb.params, sa.params, pp), 1e-3) << pp.name();
+    }
   }
 }
 

@@ -26,13 +26,14 @@ struct ModeCase {
   double tol;
   codegen::Recompute recompute = codegen::Recompute::All;
   int resident = 0; // the first this many units that can be resident (codegen/ResidentPolicy.h)
+  int gpuAdamw = 0; // the first this many streamed units whose AdamW runs on the GPU (codegen/GpuAdamwPolicy.h)
 };
 
 class GpuTrain : public ::testing::TestWithParam<ModeCase> {};
 
 TEST_P(GpuTrain, LossAndGradientsMatchTheCpuBackend) {
   ModeCase c = GetParam();
-  plan::Plan p = compileFixturePlan(c.fixture, c.compute, c.recompute, 16, c.resident);
+  plan::Plan p = compileFixturePlan(c.fixture, c.compute, c.recompute, 16, c.resident, 0, c.gpuAdamw);
   ASSERT_GT(p.units_size(), 0);
   auto cpu = cpuTrainer(p), gpu = gpuTrainer(p);
   ASSERT_TRUE(cpu && gpu);
@@ -57,7 +58,7 @@ TEST_P(GpuTrain, LossAndGradientsMatchTheCpuBackend) {
 // weight by 2 * lr: that measures rounding, not this runtime.
 TEST_P(GpuTrain, EachAdamWStepMatchesTheCpuBackend) {
   ModeCase c = GetParam();
-  plan::Plan p = compileFixturePlan(c.fixture, c.compute, c.recompute, 16, c.resident);
+  plan::Plan p = compileFixturePlan(c.fixture, c.compute, c.recompute, 16, c.resident, 0, c.gpuAdamw);
   auto cpu = cpuTrainer(p), gpu = gpuTrainer(p);
   ASSERT_TRUE(cpu && gpu);
   Tensor ids = loadRef(c.fixture, "input_ids.pb"), targets = loadRef(c.fixture, "targets.pb");
@@ -118,6 +119,11 @@ std::vector<ModeCase> modeCases() {
     // layers), and the first four of a llama (all but llama_small's head).
     v.push_back({f, "fp32", 1e-4, codegen::Recompute::All, 2});
     if (std::string(f).rfind("gpt2", 0) != 0) v.push_back({f, "tf32", loose ? 2e-3 : 1e-3, codegen::Recompute::All, 4});
+    // Streamed units whose AdamW runs on the GPU (moments in, weights and
+    // moments out): the first two that can (llama: embed and layer.0; gpt2:
+    // both layers), and beside one resident unit the next one.
+    v.push_back({f, "fp32", 1e-4, codegen::Recompute::All, 0, 2});
+    v.push_back({f, "tf32", loose ? 2e-3 : 1e-3, codegen::Recompute::All, 1, 1});
   }
   return v;
 }
@@ -125,7 +131,8 @@ std::vector<ModeCase> modeCases() {
 INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTrain, ::testing::ValuesIn(modeCases()), [](const auto &info) {
   return std::string(info.param.fixture) + "_" + info.param.compute +
          (info.param.recompute == codegen::Recompute::None ? "_keep" : "") +
-         (info.param.resident ? "_resident" + std::to_string(info.param.resident) : "");
+         (info.param.resident ? "_resident" + std::to_string(info.param.resident) : "") +
+         (info.param.gpuAdamw ? "_gpuadamw" + std::to_string(info.param.gpuAdamw) : "");
 });
 
 // bf16: the five-step trajectory is no farther from the fp32 reference than

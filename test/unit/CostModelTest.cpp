@@ -569,6 +569,84 @@ TEST(CostModel, ResidentUnitsUpdateOnTheGpu) {
   EXPECT_EQ(s->d2hBytes, streamedBytes);
 }
 
+// Streamed embed and layer.0 whose AdamW runs on the GPU: their moments come
+// in (FETCH_MOMENTS, twice the weights' bytes), their UPDATEs run on the
+// compute lane at 28 bytes per parameter, and weights and moments go back
+// (WRITEBACK, three times) in place of the gradients.
+TEST(CostModel, GpuAdamwUnitsMoveTheirMomentsAndStepOnTheGpu) {
+  codegen::ScheduleOptions so;
+  so.residentUnits = 0;
+  so.gpuAdamwUnits = 2;
+  plan::Plan p = compileFixtureScheduled("llama", so);
+  ASSERT_TRUE(p.units(0).adamw_on_gpu() && p.units(1).adamw_on_gpu() && !p.units(2).adamw_on_gpu());
+  plan::MachineProfile m;
+  auto s = plan::predictStep(p, m);
+  ASSERT_TRUE(bool(s)) << llvm::toString(s.takeError());
+  auto rates = plan::costRates(m, p.compute());
+  ASSERT_TRUE(bool(rates));
+  std::vector<int64_t> w;
+  for (int u = 0; u < p.units_size(); ++u) w.push_back(plan::unitWeightLayout(p, u).bytes);
+  int gpuUpdates = 0;
+  for (int i = 0; i < p.schedule().actions_size(); ++i) {
+    const plan::StreamAction &a = p.schedule().actions(i);
+    const plan::ActionTiming &t = s->actions[size_t(i)];
+    if (a.kind() == plan::StreamAction::FETCH_MOMENTS) EXPECT_EQ(t.transferBytes, 2 * w[size_t(a.unit())]);
+    if (a.kind() == plan::StreamAction::WRITEBACK) EXPECT_EQ(t.transferBytes, 3 * w[size_t(a.unit())]);
+    if (a.kind() != plan::StreamAction::UPDATE || !p.units(a.unit()).adamw_on_gpu()) continue;
+    ++gpuUpdates;
+    EXPECT_EQ(t.lane, plan::kLaneCompute);
+    EXPECT_DOUBLE_EQ(t.alone, 28.0 * double(t.parameters) / rates->hbmBytesPerS);
+  }
+  EXPECT_EQ(gpuUpdates, 2);
+  // H2D: every unit's weights in the forward, embed's and layer.0's again in
+  // the backward (layer.1's and head's are still in their slots) with their
+  // moments; D2H: head's and layer.1's gradients, embed's and layer.0's state.
+  EXPECT_EQ(s->h2dBytes, w[0] + w[1] + w[2] + w[3] + 3 * (w[0] + w[1]));
+  EXPECT_EQ(s->d2hBytes, w[2] + w[3] + 3 * (w[0] + w[1]));
+}
+
+// The policy's auto: where the host's AdamW is slow beside the PCIe lanes it
+// steps units on the GPU, the first in forward order; where it is fast and
+// PCIe slow, none; and none where the step keeps its gradients.
+TEST(GpuAdamwPolicy, AutoBalancesTheCpuAgainstPcie) {
+  codegen::ScheduleOptions so;
+  so.residentUnits = 0;
+  so.gpuAdamwUnits = -1;
+  so.profile.cpuAdamwParamsPerS = 1e5; // the CPU lane far longer than the rest
+  plan::Plan slowCpu = compileFixtureScheduled("llama", so);
+  EXPECT_TRUE(slowCpu.units(0).adamw_on_gpu());
+  int n = 0;
+  for (const plan::Unit &u : slowCpu.units()) n += u.adamw_on_gpu();
+  EXPECT_GT(n, 1);
+  for (int u = 1; u < slowCpu.units_size(); ++u) // a prefix of the candidates
+    if (slowCpu.units(u).adamw_on_gpu()) EXPECT_TRUE(slowCpu.units(u - 1).adamw_on_gpu()) << u;
+  so.profile.cpuAdamwParamsPerS = 1e15;
+  so.profile.pcieH2dGBps = so.profile.pcieD2hGBps = 1e-3;
+  so.profile.pcieBothGBps = 2e-3;
+  plan::Plan slowPcie = compileFixtureScheduled("llama", so);
+  for (const plan::Unit &u : slowPcie.units()) EXPECT_FALSE(u.adamw_on_gpu()) << u.name();
+  EXPECT_FALSE(plan::anyAdamwOnGpu(slowPcie));
+
+  so.profile = plan::MachineProfile();
+  so.profile.cpuAdamwParamsPerS = 1e5;
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 16;
+  codegen::CodegenOptions co;
+  co.schedule = so;
+  co.optimizer.set_clip(1.0f);
+  auto clipped = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  ASSERT_TRUE(bool(clipped)) << llvm::toString(clipped.takeError());
+  EXPECT_FALSE(plan::anyAdamwOnGpu(*clipped)) << "--clip: the AdamW waits for the whole step";
+
+  so.gpuAdamwUnits = 9;
+  co.schedule = so;
+  co.optimizer.set_clip(0);
+  auto tooMany = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  ASSERT_FALSE(bool(tooMany));
+  EXPECT_NE(llvm::toString(tooMany.takeError()).find("--gpu-adamw-units 9: 4 of the plan's 4 units"), std::string::npos);
+}
+
 // `megac plan --ops`: the op times add up to the forward and backward
 // actions' work, and each label counts its ops once per action.
 TEST(CostModel, OpTimesAddUpToTheComputeActions) {

@@ -5,6 +5,8 @@
 // stream's order and every wait while different seeds interleave differently.
 #include "FixtureTestUtil.h"
 
+#include "codegen/GpuAdamwPolicy.h"
+#include "runtime/plan/StreamLayout.h"
 #include "runtime/stream/StreamSimulator.h"
 
 #include <cstring>
@@ -87,9 +89,10 @@ runtime::CpuOptions streamed(uint64_t seed) {
 class StreamExecutor : public ::testing::TestWithParam<const char *> {};
 
 // Streamed units, resident ones (their AdamW in the RESIDENT region), kept
-// activations (SAVED regions), --clip and two micro-batches (gradients summed
-// on the host, AdamW after the step): 3 steps and an evaluation each, the
-// direct path against the executor under three seeds.
+// activations (SAVED regions), streamed units whose AdamW runs on the GPU
+// (their moments in MOMENT_SLOTs), --clip and two micro-batches (gradients
+// summed on the host, AdamW after the step): 3 steps and an evaluation each,
+// the direct path against the executor under three seeds.
 TEST_P(StreamExecutor, BitIdenticalToTheDirectPathUnderEverySeed) {
   const std::string model = GetParam();
   struct Variant {
@@ -98,14 +101,23 @@ TEST_P(StreamExecutor, BitIdenticalToTheDirectPathUnderEverySeed) {
     int resident;
     float clip;
     int microBatches;
+    int gpuAdamw; // at most this many (the fixture's candidates)
   };
-  const Variant variants[] = {{"streamed", codegen::Recompute::All, 0, 0, 1},
-                              {"2 resident units", codegen::Recompute::All, 2, 0, 1},
-                              {"kept activations", codegen::Recompute::None, 0, 0, 1},
-                              {"--clip 0.5, 2 micro-batches, 1 resident", codegen::Recompute::All, 1, 0.5f, 2}};
+  const Variant variants[] = {{"streamed", codegen::Recompute::All, 0, 0, 1, 0},
+                              {"2 resident units", codegen::Recompute::All, 2, 0, 1, 0},
+                              {"kept activations", codegen::Recompute::None, 0, 0, 1, 0},
+                              {"2 streamed units' AdamW on the GPU", codegen::Recompute::All, 0, 0, 1, 2},
+                              {"--clip 0.5, 2 micro-batches, 1 resident", codegen::Recompute::All, 1, 0.5f, 2, 0},
+                              {"--clip 0.5, 2 micro-batches, 1 AdamW on the GPU", codegen::Recompute::All, 0, 0.5f, 2, 1}};
   for (const Variant &v : variants) {
     plan::Plan p = compileFixturePlan(model, "fp32", v.recompute, 16, v.resident, v.clip);
     ASSERT_TRUE(p.has_schedule()) << model;
+    if (v.gpuAdamw > 0) {
+      const int n = std::min(v.gpuAdamw, int(codegen::gpuAdamwCandidates(p).size()));
+      ASSERT_GT(n, 0) << model << ": no unit can run its AdamW on the GPU";
+      p = compileFixturePlan(model, "fp32", v.recompute, 16, v.resident, v.clip, n);
+      ASSERT_TRUE(plan::anyAdamwOnGpu(p)) << model << " " << v.name;
+    }
     RunResult want = train(p, model, direct(), 3, v.microBatches);
     ASSERT_EQ(want.losses.size(), 4u) << model << " " << v.name;
     for (uint64_t seed : {0, 1, 2}) {

@@ -111,6 +111,25 @@ struct Mutation {
   bool byChecker, byExecutor; // which must catch it
 };
 
+void runMutations(const plan::Plan &b, llvm::ArrayRef<Mutation> mutations) {
+  std::cout << "mutation | checker | executor (seeds of 16 that caught it)\n";
+  for (const Mutation &m : mutations) {
+    SCOPED_TRACE(m.name);
+    plan::Plan p = b;
+    m.mutate(p);
+    const std::string c = checker(p);
+    int seeds = 0;
+    const std::string x = executor(p, &seeds);
+    std::cout << m.name << " | " << (c.empty() ? "-" : "caught") << " | "
+              << (x.empty() ? "-" : "caught (" + std::to_string(seeds) + ")") << "\n";
+    if (!c.empty()) std::cout << "    checker: " << c << "\n";
+    if (!x.empty()) std::cout << "    executor: " << x << "\n";
+    EXPECT_FALSE(c.empty() && x.empty()) << "caught by neither";
+    EXPECT_EQ(!c.empty(), m.byChecker) << c;
+    EXPECT_EQ(!x.empty(), m.byExecutor) << x;
+  }
+}
+
 } // namespace
 
 TEST(StreamMutation, EveryMutationIsCaught) {
@@ -176,23 +195,54 @@ TEST(StreamMutation, EveryMutationIsCaught) {
        },
        true, true},
   };
-  std::cout << "mutation | checker | executor (seeds of 16 that caught it)\n";
-  for (const Mutation &m : mutations) {
-    SCOPED_TRACE(m.name);
-    plan::Plan p = b;
-    m.mutate(p);
-    const std::string c = checker(p);
-    int seeds = 0;
-    const std::string x = executor(p, &seeds);
-    std::cout << m.name << " | " << (c.empty() ? "-" : "caught") << " | "
-              << (x.empty() ? "-" : "caught (" + std::to_string(seeds) + ")") << "\n";
-    if (!c.empty()) std::cout << "    checker: " << c << "\n";
-    if (!x.empty()) std::cout << "    executor: " << x << "\n";
-    EXPECT_FALSE(c.empty() && x.empty()) << "caught by neither";
-    EXPECT_EQ(!c.empty(), m.byChecker) << c;
-    EXPECT_EQ(!x.empty(), m.byExecutor) << x;
-  }
+  runMutations(b, mutations);
   // The plan itself: clean for both.
+  int seeds = 0;
+  EXPECT_EQ(checker(b), "");
+  EXPECT_EQ(executor(b, &seeds), "");
+}
+
+// Every unit of the llama plan streams and runs its AdamW on the GPU, so both
+// moment slots are used twice: backward head (w1, m1), layer.1 (w0, m0),
+// layer.0 (w1, m1), embed (w0, m0), each BACKWARD, UPDATE on the compute
+// stream, WRITEBACK.
+TEST(StreamMutation, EveryGpuAdamwMutationIsCaught) {
+  static plan::Plan b = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 0, 0, /*gpuAdamwUnits=*/4);
+  ASSERT_EQ(b.units_size(), 4);
+  for (const plan::Unit &u : b.units()) ASSERT_TRUE(u.adamw_on_gpu()) << u.name();
+  using A = plan::StreamAction;
+  const Mutation mutations[] = {
+      // Stricter than the hardware again: layer.0's PREFETCH into weight slot 1,
+      // ahead of this copy on the H2D stream, waits w1.free, which head's
+      // WRITEBACK records with m1.free.
+      {"FETCH_MOMENTS: a missing wait that the H2D stream's order makes safe (layer.0 without m1.free)",
+       [](plan::Plan &p) { removeWait(p, action(p, A::FETCH_MOMENTS, "layer.0"), "m1.free"); }, true, false},
+      {"FETCH_MOMENTS: a wrong slot (layer.1 into moment slot 1, which head's WRITEBACK reads)",
+       [](plan::Plan &p) { action(p, A::FETCH_MOMENTS, "layer.1").set_weight_slot(1); }, true, true},
+      {"UPDATE: a missing wait (layer.1 without m0.ready)",
+       [](plan::Plan &p) { removeWait(p, action(p, A::UPDATE, "layer.1"), "m0.ready"); }, true, true},
+      {"UPDATE: on the CPU (head's)",
+       [](plan::Plan &p) { action(p, A::UPDATE, "head").set_stream(A::CPU); }, true, true},
+      {"WRITEBACK: a missing wait (head without m1.ready)",
+       [](plan::Plan &p) { removeWait(p, action(p, A::WRITEBACK, "head"), "m1.ready"); }, true, true},
+      {"WRITEBACK: a wrong slot (embed's from weight slot 1)",
+       [](plan::Plan &p) { action(p, A::WRITEBACK, "embed").set_weight_slot(1); }, true, true},
+      {"BACKWARD: frees its weight slot before the UPDATE (layer.1's BACKWARD records w0.free, its WRITEBACK not)",
+       [](plan::Plan &p) {
+         plan::StreamAction &w = action(p, A::WRITEBACK, "layer.1");
+         std::vector<int> keep;
+         for (int32_t e : w.records())
+           if (e != event(p, "w0.free")) keep.push_back(e);
+         w.clear_records();
+         for (int e : keep) w.add_records(e);
+         action(p, A::BACKWARD, "layer.1").add_records(event(p, "w0.free"));
+       },
+       true, true},
+      {"region: a moment slot on the other (slot 1 at slot 0's offset)",
+       [](plan::Plan &p) { region(p, R::MOMENT_SLOT, 1).set_offset(region(p, R::MOMENT_SLOT, 0).offset()); }, true,
+       true},
+  };
+  runMutations(b, mutations);
   int seeds = 0;
   EXPECT_EQ(checker(b), "");
   EXPECT_EQ(executor(b, &seeds), "");

@@ -2,6 +2,7 @@
 // megac run model.plan --data FILE --steps N [optimizer, data, checkpoint flags]
 // megac train MODEL.onnx --batch B --seq S ... (compile and run in one)
 #include "codegen/Compile.h"
+#include "codegen/GpuAdamwPolicy.h"
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
 #include "frontend/TensorProto.h"
@@ -54,6 +55,13 @@ static cl::opt<std::string> ResidentUnits(
              "the GPU and step there, instead of streaming: the units the next step needs first are the last whose "
              "gradients arrive (0: every unit streams; auto: as many as the cost model says shorten the step, within "
              "the GPU budget)"),
+    cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> GpuAdamwUnits(
+    "gpu-adamw-units",
+    cl::desc("The first N streamed units (in forward order, skipping tied ones) whose AdamW moments come to the GPU "
+             "with their weights in the backward and step there, so that the host's AdamW of the units the next "
+             "step needs first does not end the step (0: every streamed unit steps on the CPU; auto: as many as the "
+             "cost model says shorten the step, within the GPU budget)"),
     cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()));
@@ -243,6 +251,9 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   auto resident = codegen::parseResidentUnits(ResidentUnits);
   if (!resident) return resident.takeError();
   so.residentUnits = *resident;
+  auto gpuAdamw = codegen::parseGpuAdamwUnits(GpuAdamwUnits);
+  if (!gpuAdamw) return gpuAdamw.takeError();
+  so.gpuAdamwUnits = *gpuAdamw;
   so.profile = profile;
   so.gpuBudgetBytes = profile.usableGpuBytes();
   if (GpuMem.getNumOccurrences()) {

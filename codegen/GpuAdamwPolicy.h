@@ -1,0 +1,34 @@
+#pragma once
+// The GPU-AdamW policy: which streamed units bring their fp32 AdamW moments to
+// the GPU beside their weights in the backward, step there, and write weights
+// and moments back (Unit.adamw_on_gpu), instead of sending their gradients to
+// the host's AdamW.
+//
+// Backward runs the units in reverse, so the host's AdamW of the first units
+// comes last, and where the CPU lane is longer than the backward it is the
+// step's tail: the next forward needs exactly those units first. Stepping them
+// on the GPU takes them off the CPU at 20 bytes per parameter over PCIe
+// instead of 4 (moments in; weights and moments out, in place of the
+// gradients) and two moment slots of GPU memory. The policy takes streamed
+// units in forward order; units that share a parameter with another (tied
+// weights sum their gradients on the host) or have none are not candidates.
+#include "codegen/StreamSchedule.h"
+
+namespace megac::codegen {
+
+// "auto" -> -1, else a count >= 0.
+llvm::Expected<int> parseGpuAdamwUnits(llvm::StringRef s);
+
+// The streamed units whose AdamW may run on the GPU, in forward order.
+std::vector<int> gpuAdamwCandidates(const plan::Plan &p);
+
+// Sets Unit.adamw_on_gpu on the first o.gpuAdamwUnits candidates and builds
+// the schedule (after the resident policy: resident units are not
+// candidates). Auto (-1): the fewest units whose step the cost model predicts
+// within 0.5% of the fastest count that keeps the plan within 97% of the GPU
+// budget; none where the step keeps its gradients (--clip, --grad-accum),
+// whose AdamW waits for the whole step. A count over the candidates is an
+// error.
+llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o);
+
+} // namespace megac::codegen
