@@ -60,6 +60,7 @@ struct CpuEvent {
 // One UPDATE action, run by the optimizer thread in issue order.
 struct UpdateJob {
   int32_t unit = 0, slot = 0;
+  int32_t action = -1; // its index in the schedule (the measured timeline)
   std::vector<cudaEvent_t> gpuWaits;
   std::vector<int32_t> records; // CPU events
   float lr = 0;
@@ -82,6 +83,7 @@ public:
   void report(llvm::raw_ostream &os) const override {
     if (timer_) timer_->print(os, timedSteps_);
   }
+  std::vector<std::pair<double, double>> lastActionTimes() const override { return actionTimes_; }
 
 protected:
   void syncHostState(bool callerWrites) override;
@@ -154,6 +156,9 @@ private:
   std::vector<bool> cpuRecorded_; // recorded by an UPDATE
   std::vector<CpuEvent> cpuEvents_;
   std::vector<cudaEvent_t> timing_; // start/end per action
+  cudaEvent_t passStart_ = nullptr; // recorded as a micro-batch's actions start (the compute stream idle)
+  std::chrono::steady_clock::time_point passStartHost_;
+  std::vector<std::pair<double, double>> actionTimes_, cpuTimes_; // the last backward micro-batch's (lastActionTimes)
   std::vector<float> stepGrads_;
   std::vector<bool> gradWritten_; // per activation, this micro-batch
 
@@ -186,6 +191,7 @@ CudaTrainer::~CudaTrainer() {
   if (d2h_) cudaStreamSynchronize(d2h_);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
   for (cudaEvent_t e : timing_) cudaEventDestroy(e);
+  if (passStart_) cudaEventDestroy(passStart_);
   if (paramsPinned_) cudaHostUnregister(state_.params.data());
   if (momentsPinned_) {
     cudaHostUnregister(state_.m.data());
@@ -443,6 +449,7 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
     }
   timing_.resize(size_t(2 * s.actions_size()));
   for (auto &ev : timing_) MEGAC_CUDA_TRY(cudaEventCreate(&ev));
+  MEGAC_CUDA_TRY(cudaEventCreate(&passStart_));
   MEGAC_CUDA_TRY(cudaStreamSynchronize(gpu_.stream));
 
   pending_.assign(size_t(plan_.parameters_size()), 0);
@@ -489,10 +496,14 @@ void CudaTrainer::optimizerLoop() {
     }
     auto t0 = std::chrono::steady_clock::now(); // busy from here: the wait for the gradients is idle time
     if (ok) runUpdate(job);
-    double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const auto t1 = std::chrono::steady_clock::now();
+    double dt = std::chrono::duration<double>(t1 - t0).count();
     {
       std::lock_guard<std::mutex> l(mu_);
       cpuBusy_ += dt;
+      if (job.action >= 0 && size_t(job.action) < cpuTimes_.size())
+        cpuTimes_[size_t(job.action)] = {std::chrono::duration<double>(t0 - passStartHost_).count(),
+                                         std::chrono::duration<double>(t1 - passStartHost_).count()};
       for (int32_t r : job.records) cpuEvents_[size_t(r)].done++;
       ++jobsDone_;
     }
@@ -736,6 +747,14 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       if (s.actions(i).kind() == plan::StreamAction::FORWARD) lastAction = i;
   }
   std::vector<bool> timed(size_t(s.actions_size()), false);
+  // Every stream is idle here: the event and the host clock mark the same instant.
+  MEGAC_CUDA_TRY(cudaEventRecord(passStart_, gpu_.stream));
+  MEGAC_CUDA_TRY(cudaEventSynchronize(passStart_));
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    passStartHost_ = std::chrono::steady_clock::now();
+    cpuTimes_.assign(size_t(s.actions_size()), {0.0, 0.0});
+  }
   for (int i = 0; i <= lastAction; ++i) {
     const plan::StreamAction &a = s.actions(i);
     if (!backward && a.kind() != plan::StreamAction::PREFETCH && a.kind() != plan::StreamAction::FORWARD) continue;
@@ -887,6 +906,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       }
       job.unit = a.unit();
       job.slot = a.grad_slot();
+      job.action = i;
       job.lr = lr;
       job.grads = grads;
       break;
@@ -918,12 +938,22 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
   if (timer_)
     if (auto e = timer_->collect()) return e;
   loss = double(*lossHost_);
+  std::vector<std::pair<double, double>> times(size_t(s.actions_size()), {0.0, 0.0});
   for (int i = 0; i < s.actions_size(); ++i) {
     if (!timed[size_t(i)]) continue;
-    float ms = 0;
+    float ms = 0, from = 0, to = 0;
     MEGAC_CUDA_TRY(cudaEventElapsedTime(&ms, timing_[size_t(2 * i)], timing_[size_t(2 * i + 1)]));
+    MEGAC_CUDA_TRY(cudaEventElapsedTime(&from, passStart_, timing_[size_t(2 * i)]));
+    MEGAC_CUDA_TRY(cudaEventElapsedTime(&to, passStart_, timing_[size_t(2 * i + 1)]));
+    times[size_t(i)] = {double(from) / 1000.0, double(to) / 1000.0};
     int lane = int(s.actions(i).stream());
     laneBusy[lane] = std::max(laneBusy[lane], 0.0) + double(ms) / 1000.0;
+  }
+  if (backward) {
+    std::lock_guard<std::mutex> l(mu_);
+    for (int i = 0; i < s.actions_size(); ++i)
+      if (s.actions(i).stream() == plan::StreamAction::CPU) times[size_t(i)] = cpuTimes_[size_t(i)];
+    actionTimes_ = std::move(times);
   }
   return llvm::Error::success();
 }

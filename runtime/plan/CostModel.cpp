@@ -228,8 +228,11 @@ class ScheduleSim {
 public:
   ScheduleSim(const Plan &p, const CostRates &r) : p_(p), s_(p.schedule()), r_(r) {}
   llvm::Expected<StepPrediction> run();
+  // The same accounting over measured action times instead of simulated ones.
+  llvm::Expected<StepPrediction> measured(const std::vector<std::pair<double, double>> &times);
 
 private:
+  void dependencies();
   llvm::Error check();
   llvm::Error actionWork(StepPrediction &out);
   void simulate(StepPrediction &out);
@@ -352,16 +355,15 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
 // progress at their lane's rate, or at the shared rate while both PCIe lanes
 // are busy; while the CPU AdamW runs beside copies, both slow by the factors
 // the profile measured.
-void ScheduleSim::simulate(StepPrediction &out) {
+// The latest record of each event before each action, in issue order.
+// A GPU stream cannot wait for CPU work: the host thread blocks until such
+// an event is recorded before it issues the action, so every later action
+// is issued after it too (the CPU lane runs in order, so the latest such
+// CPU action so far is the one that ends last).
+void ScheduleSim::dependencies() {
   const int n = s_.actions_size();
-  // The latest record of each event before each action, in issue order.
-  // A GPU stream cannot wait for CPU work: the host thread blocks until such
-  // an event is recorded before it issues the action, so every later action
-  // is issued after it too (the CPU lane runs in order, so the latest such
-  // CPU action so far is the one that ends last).
   std::vector<int> lastRecord(size_t(s_.events_size()), -1);
   deps_.assign(size_t(n), {});
-  std::vector<std::vector<int>> queue(kNumLanes);
   int hostBlockedUntil = -1;
   for (int i = 0; i < n; ++i) {
     for (int32_t e : s_.actions(i).waits()) {
@@ -373,8 +375,14 @@ void ScheduleSim::simulate(StepPrediction &out) {
     }
     if (hostBlockedUntil >= 0) deps_[size_t(i)].push_back(hostBlockedUntil);
     for (int32_t e : s_.actions(i).records()) lastRecord[size_t(e)] = i;
-    queue[size_t(work_[size_t(i)].lane)].push_back(i);
   }
+}
+
+void ScheduleSim::simulate(StepPrediction &out) {
+  const int n = s_.actions_size();
+  dependencies();
+  std::vector<std::vector<int>> queue(kNumLanes);
+  for (int i = 0; i < n; ++i) queue[size_t(work_[size_t(i)].lane)].push_back(i);
 
   std::vector<bool> done(size_t(n), false);
   std::vector<size_t> next(kNumLanes, 0);
@@ -536,6 +544,40 @@ llvm::Expected<StepPrediction> ScheduleSim::run() {
   out.modelFlops = 6.0 * double(params) * double(p_.batch()) * double(p_.seq());
   out.tflops = out.stepSeconds > 0 ? out.modelFlops / out.stepSeconds / 1e12 : 0;
   return out;
+}
+
+llvm::Expected<StepPrediction> ScheduleSim::measured(const std::vector<std::pair<double, double>> &times) {
+  if (auto e = check()) return std::move(e);
+  if (times.size() != size_t(s_.actions_size()))
+    return err("measured times for " + llvm::Twine(times.size()) + " actions; the schedule has " +
+               llvm::Twine(s_.actions_size()));
+  StepPrediction out;
+  out.rates = r_;
+  if (auto e = actionWork(out)) return std::move(e);
+  dependencies();
+  for (size_t i = 0; i < times.size(); ++i) {
+    ActionTiming &t = out.actions[i];
+    t.start = std::max(0.0, times[i].first);
+    t.end = std::max(t.start, times[i].second);
+    out.stepSeconds = std::max(out.stepSeconds, t.end);
+    out.laneBusy[t.lane] += t.end - t.start;
+  }
+  criticalPath(out);
+  memory(out);
+  int64_t params = p_.total_parameters();
+  if (params <= 0)
+    for (const Parameter &q : p_.parameters()) params += q.numel();
+  out.modelFlops = 6.0 * double(params) * double(p_.batch()) * double(p_.seq());
+  out.tflops = out.stepSeconds > 0 ? out.modelFlops / out.stepSeconds / 1e12 : 0;
+  return out;
+}
+
+llvm::Expected<StepPrediction> measuredStep(const Plan &p, const MachineProfile &m,
+                                            const std::vector<std::pair<double, double>> &times) {
+  if (!p.has_schedule()) return err("the plan has no streaming schedule (compiled for the CPU only)");
+  auto rates = costRates(m, p.compute());
+  if (!rates) return rates.takeError();
+  return ScheduleSim(p, *rates).measured(times);
 }
 
 llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m) {

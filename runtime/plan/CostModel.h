@@ -111,6 +111,15 @@ struct StepPrediction {
 // Needs p.has_schedule(). Fails on dangling ids (units, events, actions).
 llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m);
 
+// One micro-batch as a run measured it: `times` holds each schedule action's
+// (start, end) in seconds from the micro-batch's start (an action that did
+// not run: (0, 0)). Step time, lane busy, critical path (each action held by
+// whichever of its lane predecessor and the actions it waited for ended
+// last), device memory over time and TFLOPS follow from them; each action's
+// work (bytes, flops, parameters) and `alone` are the model's.
+llvm::Expected<StepPrediction> measuredStep(const Plan &p, const MachineProfile &m,
+                                            const std::vector<std::pair<double, double>> &times);
+
 // The GPU time one step spends in each op type as the model predicts it
 // (every op alone, nothing overlapped), labelled as `megac run --op-profile`
 // labels its measured times: the op type, with " (backward)" for the ops of

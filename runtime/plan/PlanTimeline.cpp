@@ -78,6 +78,8 @@ const char *kindClass(int kind) {
   case StreamAction::BACKWARD: return "backward";
   case StreamAction::OFFLOAD: return "offload";
   case StreamAction::UPDATE: return "update";
+  case StreamAction::FETCH_MOMENTS: return "moments";
+  case StreamAction::WRITEBACK: return "writeback";
   default: return "other";
   }
 }
@@ -95,9 +97,11 @@ std::string withCommas(int64_t n) {
 
 class Timeline {
 public:
-  Timeline(const Plan &p, const PlanReport &r, const std::string &path, llvm::raw_ostream &os)
-      : p_(p), s_(r.schedule), pr_(r.schedule.prediction), path_(path), os_(os),
-        tu_(timeUnit(pr_.stepSeconds)) {}
+  // `pr`: the cost model's prediction, or a measured step (measuredStep);
+  // `label` says which.
+  Timeline(const Plan &p, const PlanReport &r, const StepPrediction &pr, const std::string &label,
+           const std::string &path, llvm::raw_ostream &os)
+      : p_(p), s_(r.schedule), pr_(pr), label_(label), path_(path), os_(os), tu_(timeUnit(pr_.stepSeconds)) {}
 
   void write() {
     header();
@@ -121,6 +125,7 @@ private:
   const Plan &p_;
   const ScheduleReport &s_;
   const StepPrediction &pr_;
+  const std::string &label_;
   const std::string &path_;
   llvm::raw_ostream &os_;
   TimeUnit tu_;
@@ -128,7 +133,7 @@ private:
 
 void Timeline::header() {
   os_ << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-      << "<title>megac plan timeline: " << escape(path_) << "</title>\n"
+      << "<title>megac timeline: " << escape(path_) << "</title>\n"
       << "<style>\n"
          "body { font-family: sans-serif; margin: 16px; color: #222; background: #fff; }\n"
          "h1 { font-size: 20px; margin: 0 0 6px 0; }\n"
@@ -147,18 +152,18 @@ void Timeline::header() {
          ".prefetch { fill: #4e79a7; background: #4e79a7; } .forward { fill: #59a14f; background: #59a14f; }\n"
          ".backward { fill: #e15759; background: #e15759; } .offload { fill: #f28e2b; background: #f28e2b; }\n"
          ".update { fill: #b07aa1; background: #b07aa1; } .other { fill: #999; background: #999; }\n"
+         ".moments { fill: #76b7b2; background: #76b7b2; } .writeback { fill: #9c755f; background: #9c755f; }\n"
          "line.grid { stroke: #ddd; } line.axis { stroke: #666; }\n"
          "path.memory { fill: #c6dbef; stroke: #2171b5; stroke-width: 1.5; }\n"
          "line.allocation { stroke: #d62728; stroke-dasharray: 6 4; }\n"
          ".legend span { display: inline-block; margin-right: 14px; font-size: 13px; }\n"
          ".legend i { display: inline-block; width: 12px; height: 12px; margin-right: 4px; vertical-align: -1px; }\n"
          "</style>\n</head>\n<body>\n";
-  os_ << "<h1>megac plan timeline</h1>\n";
+  os_ << "<h1>megac timeline</h1>\n";
   os_ << "<p class=\"note\">" << escape(path_) << ": " << escape(p_.model_path()) << ", batch " << p_.batch() << " x seq "
       << p_.seq() << ", compute " << escape(p_.compute()) << ", " << p_.units_size() << " units, "
       << withCommas(p_.total_parameters()) << " parameters, " << s_.weightSlots << " weight slots</p>\n";
-  os_ << "<p class=\"note\" id=\"label\"><b>predicted (cost model, profile: " << escape(s_.profileName)
-      << "), unvalidated</b></p>\n";
+  os_ << "<p class=\"note\" id=\"label\"><b>" << escape(label_) << "</b></p>\n";
   os_ << "<p class=\"note\" id=\"summary\">step " << t(pr_.stepSeconds) << " per micro-batch; bottleneck "
       << laneName(pr_.bottleneck) << "; " << fmt("%.2f", pr_.tflops)
       << " TFLOPS (6 x parameters x batch x seq / step time); device memory peak "
@@ -192,8 +197,11 @@ void Timeline::timeAxis(double y) {
 void Timeline::lanes() {
   os_ << "<h2>streams (one bar per action)</h2>\n<div class=\"legend\">";
   for (int kind : {StreamAction::PREFETCH, StreamAction::FORWARD, StreamAction::BACKWARD, StreamAction::OFFLOAD,
-                   StreamAction::UPDATE})
-    os_ << "<span><i class=\"" << kindClass(kind) << "\"></i>" << kindClass(kind) << "</span>";
+                   StreamAction::UPDATE, StreamAction::FETCH_MOMENTS, StreamAction::WRITEBACK}) {
+    bool used = kind <= StreamAction::UPDATE; // the moment copies only where a schedule has them
+    for (const StreamAction &a : p_.schedule().actions()) used |= a.kind() == kind;
+    if (used) os_ << "<span><i class=\"" << kindClass(kind) << "\"></i>" << kindClass(kind) << "</span>";
+  }
   os_ << "</div>\n";
   const double axisY = kLaneTop + kNumLanes * (kLaneHeight + kLaneGap);
   os_ << "<svg id=\"timeline\" xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kWidth << "\" height=\""
@@ -296,7 +304,26 @@ void Timeline::footer() {
 llvm::Error writePlanTimeline(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os) {
   if (!r.hasSchedule) return err("the plan has no streaming schedule (compiled for the CPU only): no timeline to draw");
   if (!r.schedule.predicted) return err("the cost model cannot simulate the schedule: " + r.schedule.predictionError);
-  Timeline(p, r, planPath, os).write();
+  const std::string label = "predicted (cost model, profile: " + r.schedule.profileName + "), unvalidated";
+  Timeline(p, r, r.schedule.prediction, label, planPath, os).write();
+  return llvm::Error::success();
+}
+
+llvm::Error writeMeasuredTimeline(const Plan &p, const PlanReport &r, const MachineProfile &profile,
+                                  const std::vector<std::pair<double, double>> &times, const std::string &what,
+                                  const std::string &planPath, llvm::raw_ostream &os) {
+  if (!r.hasSchedule) return err("the plan has no streaming schedule (compiled for the CPU only): no timeline to draw");
+  auto measured = measuredStep(p, profile, times);
+  if (!measured) return measured.takeError();
+  std::string label = "measured: " + what;
+  if (r.schedule.predicted) {
+    char buf[200];
+    std::snprintf(buf, sizeof buf, "; the cost model predicts %.4g s (bottleneck %s), measured %.4g s (bottleneck %s)",
+                  r.schedule.prediction.stepSeconds, laneName(r.schedule.prediction.bottleneck), measured->stepSeconds,
+                  laneName(measured->bottleneck));
+    label += buf;
+  }
+  Timeline(p, r, *measured, label, planPath, os).write();
   return llvm::Error::success();
 }
 

@@ -19,4 +19,13 @@ namespace megac::plan {
 // could not simulate it).
 llvm::Error writePlanTimeline(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os);
 
+// `megac run --timeline out.html`: the same page for one micro-batch as the
+// run measured it (measuredStep's `times`, one per schedule action; the
+// profile prices each action's work for its tooltip), headed by `what`
+// (which run and step) beside the predicted step time (r from reportPlan
+// with the same profile).
+llvm::Error writeMeasuredTimeline(const Plan &p, const PlanReport &r, const MachineProfile &profile,
+                                  const std::vector<std::pair<double, double>> &times, const std::string &what,
+                                  const std::string &planPath, llvm::raw_ostream &os);
+
 } // namespace megac::plan

@@ -11,6 +11,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -46,6 +47,8 @@ public:
                                          std::vector<float> *grads, float lr) override;
   llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets) override;
   bool runsSchedule() const override { return true; }
+  // Host times of the simulated interleaving: one action at a time, in the order the seed chose.
+  std::vector<std::pair<double, double>> lastActionTimes() const override { return lastTimes_; }
 
 protected:
   void syncHostState(bool callerWrites) override;
@@ -115,6 +118,7 @@ private:
   std::string firstBad_;
   std::vector<bool> slotVerdict_, stagingVerdict_;
   std::vector<int> bwdPos_;     // unit -> position of its BACKWARD in the schedule
+  std::vector<std::pair<double, double>> times_, lastTimes_; // this pass's actions; the last backward pass's
   std::vector<bool> updated_;   // per unit: its AdamW ran this micro-batch
 };
 
@@ -738,10 +742,19 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
     if (backward || k == plan::StreamAction::PREFETCH || k == plan::StreamAction::FORWARD) actions.push_back(i);
   }
   runtime::PlanComputeScope compute(plan_, emulateCompute_);
+  times_.assign(size_t(s_->actions_size()), {0.0, 0.0});
+  const auto start = std::chrono::steady_clock::now();
+  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   // Each micro-batch its own interleaving, the same in every run with this seed.
   if (auto e = simulateStreams(*s_, actions, opts_.streamSeed * 0x9e3779b97f4a7c15ull + uint64_t(pass_),
-                               [&](int i) { return execute(i); }))
+                               [&](int i) {
+                                 const double t0 = since();
+                                 llvm::Error r = execute(i);
+                                 times_[size_t(i)] = {t0, since()};
+                                 return r;
+                               }))
     return e;
+  if (backward) lastTimes_ = times_;
   if (poison_) {
     std::vector<int> order;
     for (int u = 0; u < plan_.units_size(); ++u)

@@ -109,6 +109,11 @@ public:
   llvm::Expected<std::string> diagnoseNonFinite(const Tensor &tokens, const Tensor &targets);
   // What the backend measured over the run beyond the step log (the CUDA op profile); nothing by default.
   virtual void report(llvm::raw_ostream &) const {}
+  // Each schedule action's (start, end), in seconds from the start of the
+  // last micro-batch run with its backward, as this backend measured it
+  // ((0, 0): it did not run); empty where the backend does not run the
+  // schedule (`megac run --timeline`).
+  virtual std::vector<std::pair<double, double>> lastActionTimes() const { return {}; }
 
 protected:
   explicit Trainer(const plan::Plan &p) : plan_(p) {}

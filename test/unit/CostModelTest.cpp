@@ -647,6 +647,34 @@ TEST(GpuAdamwPolicy, AutoBalancesTheCpuAgainstPcie) {
   EXPECT_NE(llvm::toString(tooMany.takeError()).find("--gpu-adamw-units 9: 4 of the plan's 4 units"), std::string::npos);
 }
 
+// measuredStep on the prediction's own times gives the prediction back: the
+// same step, lanes, critical path and memory; times of another length are refused.
+TEST(CostModel, MeasuredTimesOfThePredictionGiveItBack) {
+  codegen::ScheduleOptions so;
+  so.residentUnits = 0;
+  so.gpuAdamwUnits = 2;
+  plan::Plan p = compileFixtureScheduled("llama", so);
+  plan::MachineProfile m;
+  auto pred = plan::predictStep(p, m);
+  ASSERT_TRUE(bool(pred)) << llvm::toString(pred.takeError());
+  std::vector<std::pair<double, double>> times;
+  for (const plan::ActionTiming &t : pred->actions) times.push_back({t.start, t.end});
+  auto got = plan::measuredStep(p, m, times);
+  ASSERT_TRUE(bool(got)) << llvm::toString(got.takeError());
+  EXPECT_DOUBLE_EQ(got->stepSeconds, pred->stepSeconds);
+  for (int lane = 0; lane < plan::kNumLanes; ++lane) {
+    EXPECT_NEAR(got->laneBusy[lane], pred->laneBusy[lane], 1e-15) << lane;
+    EXPECT_NEAR(got->criticalPath[lane], pred->criticalPath[lane], 1e-15) << lane;
+  }
+  EXPECT_EQ(got->bottleneck, pred->bottleneck);
+  EXPECT_EQ(got->peakMemoryBytes, pred->peakMemoryBytes);
+  EXPECT_EQ(got->h2dBytes, pred->h2dBytes);
+  times.pop_back();
+  auto bad = plan::measuredStep(p, m, times);
+  ASSERT_FALSE(bool(bad));
+  EXPECT_NE(llvm::toString(bad.takeError()).find("measured times for 23 actions; the schedule has 24"), std::string::npos);
+}
+
 // `megac plan --ops`: the op times add up to the forward and backward
 // actions' work, and each label counts its ops once per action.
 TEST(CostModel, OpTimesAddUpToTheComputeActions) {

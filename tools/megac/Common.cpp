@@ -91,4 +91,18 @@ llvm::Expected<std::unique_ptr<ir::Graph>> loadModel(const std::string &path, co
   return std::move(g);
 }
 
+llvm::Error writeTextFile(const std::string &path, llvm::function_ref<llvm::Error(llvm::raw_ostream &)> write) {
+  std::error_code ec;
+  llvm::raw_fd_ostream os(path, ec);
+  if (ec) return llvm::createStringError(ec, path + ": cannot write: " + ec.message());
+  if (auto e = write(os)) return e;
+  os.close();
+  if (os.has_error()) {
+    std::error_code werr = os.error();
+    os.clear_error(); // or the stream's destructor aborts
+    return llvm::createStringError(werr, path + ": cannot write: " + werr.message());
+  }
+  return llvm::Error::success();
+}
+
 } // namespace megac::driver

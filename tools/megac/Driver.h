@@ -4,7 +4,9 @@
 #include "ir/Graph.h"
 #include "passes/Pass.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <memory>
 
@@ -47,6 +49,9 @@ int runPlan();
 
 // A file name for any tensor name: other than [A-Za-z0-9._-] is percent-encoded.
 std::string encodeFileName(llvm::StringRef name);
+
+// Writes a file through `write` (a page, a report), naming the file in any error.
+llvm::Error writeTextFile(const std::string &path, llvm::function_ref<llvm::Error(llvm::raw_ostream &)> write);
 
 // Prints "megac: error: <msg>" and returns 1.
 int reportError(llvm::Error e);

@@ -56,18 +56,9 @@ int runPlan() {
   if (ShowOps) return printOpTimes(*p, profile);
   auto report = plan::reportPlan(*p, profile);
   if (!report) return reportError(report.takeError());
-  if (!HtmlOut.empty()) {
-    std::error_code ec;
-    llvm::raw_fd_ostream html(HtmlOut, ec);
-    if (ec) return reportError(llvm::createStringError(ec, HtmlOut + ": cannot write: " + ec.message()));
-    if (auto e = plan::writePlanTimeline(*p, *report, PlanFile, html)) return reportError(std::move(e));
-    html.close();
-    if (html.has_error()) {
-      std::error_code werr = html.error();
-      html.clear_error(); // or the stream's destructor aborts
-      return reportError(llvm::createStringError(werr, HtmlOut + ": cannot write: " + werr.message()));
-    }
-  }
+  if (!HtmlOut.empty())
+    if (auto e = writeTextFile(HtmlOut, [&](llvm::raw_ostream &os) { return plan::writePlanTimeline(*p, *report, PlanFile, os); }))
+      return reportError(std::move(e));
   if (Json) plan::printPlanReportJson(*p, *report, PlanFile, llvm::outs());
   else plan::printPlanReport(*p, *report, PlanFile, llvm::outs());
   return 0;

@@ -6,6 +6,7 @@
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
 #include "frontend/TensorProto.h"
+#include "runtime/plan/PlanTimeline.h"
 #include "runtime/train/TrainLoop.h"
 #include "runtime/train/WeightSource.h"
 #ifdef MEGAC_HAS_CUDA
@@ -64,7 +65,8 @@ static cl::opt<std::string> GpuAdamwUnits(
              "cost model says shorten the step, within the GPU budget)"),
     cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
-                                        cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+                                        cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()),
+                                        cl::sub(runCmd()));
 static cl::opt<std::string> Compute("compute",
                                     cl::desc("GPU matrix products: bf16 (default; fp32 accumulation) | tf32 | fp32. "
                                              "Tensors and master weights are fp32 in every mode; the CPU backend "
@@ -162,6 +164,11 @@ static cl::opt<bool> CpuDirect("cpu-direct",
                                RUN_SUBS);
 static cl::opt<bool> OpProfile("op-profile", cl::desc("--device cuda: time every op and print GPU time by op type"),
                                RUN_SUBS);
+static cl::opt<std::string> TimelineOut(
+    "timeline",
+    cl::desc("Write the last step's measured lanes (its last micro-batch) as an HTML page in the format of "
+             "`megac plan --html`, the predicted step beside it"),
+    cl::value_desc("FILE.html"), RUN_SUBS);
 #undef RUN_SUBS
 
 static llvm::Error flagError(const llvm::Twine &m) {
@@ -312,6 +319,33 @@ static llvm::Expected<std::unique_ptr<runtime::Trainer>> createGpuTrainer(const 
 #endif
 }
 
+// --timeline: the last step's measured lanes beside the cost model's step.
+static llvm::Error writeRunTimeline(const plan::Plan &plan, runtime::Trainer &t, size_t steps) {
+  const std::vector<std::pair<double, double>> times = t.lastActionTimes();
+  if (times.empty())
+    return flagError("--timeline draws the schedule's actions as they ran; --cpu-direct runs none (drop it)");
+  plan::MachineProfile profile;
+  if (!ProfileFile.empty()) {
+    auto read = plan::readMachineProfile(ProfileFile);
+    if (!read) return read.takeError();
+    profile = *read;
+  }
+  auto report = plan::reportPlan(plan, profile);
+  if (!report) return report.takeError();
+  std::string what = std::string("megac run --device ") + t.device() + ", step " + std::to_string(steps) + " of " +
+                     std::to_string(steps);
+  if (plan.optimizer().grad_accum() > 1) what += " (its last micro-batch)";
+  if (std::string(t.device()) == "cpu")
+    what += "; the CPU backend runs one action at a time, in the order its stream seed chose";
+  const std::string source = PlanIn.empty() ? plan.model_path() : std::string(PlanIn); // megac train has no plan file
+  if (auto e = writeTextFile(TimelineOut, [&](llvm::raw_ostream &os) {
+        return plan::writeMeasuredTimeline(plan, *report, profile, times, what, source, os);
+      }))
+    return e;
+  llvm::outs() << "timeline: " << TimelineOut << " (measured step " << steps << ")\n";
+  return llvm::Error::success();
+}
+
 static int trainOnPlan(plan::Plan plan) {
   if (!Device.empty() && Device != "cpu" && Device != "cuda")
     return reportError(flagError("--device must be cpu or cuda"));
@@ -398,6 +432,8 @@ static int trainOnPlan(plan::Plan plan) {
   auto losses = runtime::runTraining(**trainer, lo);
   if (!losses) return reportError(losses.takeError());
   (*trainer)->report(llvm::outs());
+  if (!TimelineOut.empty())
+    if (auto e = writeRunTimeline(plan, **trainer, losses->size())) return reportError(std::move(e));
   if (losses->size() >= 2)
     llvm::outs() << llvm::format("done: loss %.4f -> %.4f over %zu steps\n", losses->front(), losses->back(),
                                  losses->size());
