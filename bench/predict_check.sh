@@ -8,7 +8,10 @@
 #
 # Run ON THE GPU MACHINE from the repo root:   bench/predict_check.sh BUILD_DIR llama8b 8
 # BUILD_DIR holds megac built with CUDA (tools/gpu-build.sh stages it in .gpu). Needs torch +
-# transformers for the export (the GPU machine's /opt/torch venv). Results in $OUT (steps.jsonl).
+# transformers for the export (the GPU machine's /opt/torch venv). FLAGS: more compile flags
+# (e.g. "--resident-units 0 --gpu-mem 28"); TAG names this run's files in $OUT: TAG_steps.jsonl,
+# TAG_compile.txt, TAG_plan.txt (the prediction) and TAG_timeline.html (the last step measured,
+# `megac run --timeline`). TAG defaults to MODEL.
 set -uo pipefail
 BUILD=${1:?usage: bench/predict_check.sh BUILD_DIR MODEL [BATCH]}
 MODEL=${2:?usage: bench/predict_check.sh BUILD_DIR MODEL [BATCH]}
@@ -23,22 +26,29 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:$CUDNN_LIB:${LD_LIBRARY_PATH:-}
 mkdir -p "$OUT" "$WORK" .bench/shapes
 onnx=.bench/shapes/$MODEL.onnx
 prof=${PROFILE:+--profile $PROFILE}
+TAG=${TAG:-$MODEL}
+FLAGS=${FLAGS:-}
 
 [ -s "$onnx" ] || timeout 300 "$PY" tools/export_shapes_only.py --preset "$MODEL" "$onnx" 2>&1 | tail -1
 [ -s "$onnx" ] || { echo "predict_check.sh: export of $MODEL failed" >&2; exit 2; }
+echo "== $TAG: $MODEL, batch $BATCH x 2048 $FLAGS"
 # shellcheck disable=SC2086
-timeout 200 "$BUILD/megac" compile "$onnx" --batch "$BATCH" --seq 2048 $prof -o "$WORK/p.plan" > "$OUT/compile.txt" 2>&1 ||
-  { tail -5 "$OUT/compile.txt"; exit 2; }
-tail -2 "$OUT/compile.txt" | cut -c1-300
+timeout 200 "$BUILD/megac" compile "$onnx" --batch "$BATCH" --seq 2048 $prof $FLAGS -o "$WORK/p.plan" > "$OUT/${TAG}_compile.txt" 2>&1 ||
+  { tail -5 "$OUT/${TAG}_compile.txt"; exit 2; }
+tail -2 "$OUT/${TAG}_compile.txt" | cut -c1-300
 # shellcheck disable=SC2086
-timeout 60 "$BUILD/megac" plan "$WORK/p.plan" $prof 2>&1 | grep -A4 "^predicted"
-vocab=$(grep -o "vocab [0-9]*" "$OUT/compile.txt" | head -1 | cut -d' ' -f2)
+timeout 60 "$BUILD/megac" plan "$WORK/p.plan" $prof > "$OUT/${TAG}_plan.txt" 2>&1
+grep -E "bytes per parameter|AdamW on the GPU:|resident units:|peak \(the allocation\)" "$OUT/${TAG}_plan.txt" | head -8
+grep -A4 "^predicted" "$OUT/${TAG}_plan.txt"
+vocab=$(grep -o "vocab [0-9]*" "$OUT/${TAG}_compile.txt" | head -1 | cut -d' ' -f2)
 # Headerless tokens, as wide as megac reads them for this vocabulary (uint32 past 65536).
 "$PY" -c "import numpy as np; v = ${vocab:-32000}; np.random.default_rng(0).integers(0, v, 1 << 22, dtype=np.uint32 if v > 65536 else np.uint16).tofile('$WORK/tokens.bin')"
-rm -f "$OUT/steps.jsonl"
-timeout 400 "$BUILD/megac" run "$WORK/p.plan" --device cuda --init --steps "$STEPS" --seed 0 \
-  --data "$WORK/tokens.bin" --log "$OUT/steps.jsonl" 2>&1 | tail -3
-"$PY" - "$OUT/steps.jsonl" <<'PYEOF'
+rm -f "$OUT/${TAG}_steps.jsonl"
+# shellcheck disable=SC2086
+timeout 400 "$BUILD/megac" run "$WORK/p.plan" --device cuda --init --steps "$STEPS" --seed 0 $prof \
+  --data "$WORK/tokens.bin" --log "$OUT/${TAG}_steps.jsonl" --timeline "$OUT/${TAG}_timeline.html" 2>&1 | tail -3
+grep -o 'id="label"><b>[^<]*' "$OUT/${TAG}_timeline.html" | sed 's/.*<b>/timeline: /'
+"$PY" - "$OUT/${TAG}_steps.jsonl" <<'PYEOF'
 import json, statistics as st, sys
 steps = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 timed = steps[1:] if len(steps) > 1 else steps
