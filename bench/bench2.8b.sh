@@ -96,7 +96,7 @@ fi
 
 # A row of its own plan: stream_row NAME STEPS "COMPILE FLAGS" ["RUN FLAGS"]. Prints the cost
 # model's prediction for the plan (beside the measured lanes in the table) and logs the steps to
-# $OUT/megac_NAME_steps.jsonl.
+# $OUT/megac_NAME_steps.jsonl, its last step's measured lanes to $OUT/timeline_NAME.html.
 stream_row() {
   local name=$1 steps=$2 cflags=$3 rflags=${4:-}
   stage "megac row '$name': compile $cflags, $steps steps $rflags"
@@ -109,7 +109,8 @@ stream_row() {
   rm -f "$OUT/megac_${name}_steps.jsonl"
   # shellcheck disable=SC2086
   timeout 200 "$BUILD/megac" run "$WORK/$name.plan" --device cuda --init --steps "$steps" --seed 0 $data_flags \
-    --log "$OUT/megac_${name}_steps.jsonl" $rflags $MEGAC_RUN_FLAGS 2>&1 | tail -n 3
+    --log "$OUT/megac_${name}_steps.jsonl" --timeline "$OUT/timeline_$name.html" $rflags $MEGAC_RUN_FLAGS 2>&1 | tail -n 4
+  grep -o 'id="label"><b>[^<]*' "$OUT/timeline_$name.html" 2>/dev/null | sed 's/.*<b>/timeline: /'
 }
 
 # Rows beside the default plan (STREAMED=1): every unit streamed, its AdamW on the host
