@@ -1,4 +1,5 @@
 #include "passes/AttentionMask.h"
+#include "passes/SymbolicMask.h"
 
 #include "runtime/core/Hash.h"
 #include "runtime/cpu/Kernel.h"
@@ -83,6 +84,12 @@ const std::set<std::string> &rowwiseOps() {
       "Min",  "IsInf", "IsNaN", "Identity", "Expand"};
   return ops;
 }
+
+} // namespace
+
+bool elementwiseMaskOp(const std::string &opType) { return rowwiseOps().count(opType) != 0; }
+
+namespace {
 
 // Right-aligned numpy broadcasting of b into a; false where they clash.
 bool broadcastInto(Shape &a, const Shape &b) {
@@ -213,7 +220,19 @@ std::optional<MaskFacts> compileTimeMaskFacts(Graph &g, ValueId v, MaskKind kind
     scanMask(MaskView(*t), kind, qSeq, kvSeq, facts);
     return facts;
   }
-  // Computed from constants: read a block of rows at a time. Only a causal
+  // Computed from constants: read from its ops where the recognizer knows them.
+  if (auto s = symbolicMaskFacts(g, v, kind, qSeq, kvSeq)) {
+    ++maskReadingStats().recognized;
+    return s;
+  }
+  return evaluatedMaskFacts(g, v, kind, qSeq, kvSeq, opts, /*note=*/true);
+}
+
+std::optional<MaskFacts> evaluatedMaskFacts(Graph &g, ValueId v, MaskKind kind, int64_t qSeq, int64_t kvSeq,
+                                            const PassOptions &opts, bool note) {
+  if (v == kNoValue || !g.type(v).known() || g.type(v).shape.size() > 4) return std::nullopt;
+  MaskFacts facts;
+  // A block of rows at a time. Only a causal
   // or an all-visible mask is of use (nothing else could be kept as a
   // constant), so the reading stops at the first row that is neither.
   const Shape &shape = g.type(v).shape;
@@ -222,14 +241,25 @@ std::optional<MaskFacts> compileTimeMaskFacts(Graph &g, ValueId v, MaskKind kind
   if (!rows.computable(v)) return std::nullopt;
   const int64_t perRow = std::max<int64_t>(1, numElements(shape) / qSeq);
   const int64_t block = std::clamp<int64_t>(kBlockEntries / perRow, 1, qSeq);
+  if (note)
+    llvm::errs() << "megac: note: the attention mask '" << g.value(v).name
+                 << "' is not a pattern megac recognizes from its ops; evaluating its " << numElements(shape)
+                 << " entries a block of rows at a time (compile time grows with seq squared)\n";
+  ++maskReadingStats().evaluated;
   for (int64_t r0 = 0; r0 < qSeq; r0 += block) {
     const int64_t r1 = std::min(qSeq, r0 + block);
     auto part = rows.rows(v, r0, r1);
     if (!part || part->rank() > 4) return std::nullopt;
+    maskReadingStats().entriesEvaluated += part->numel();
     scanMask(MaskView::block(*part, r0), kind, qSeq, kvSeq, facts);
     if (!facts.causal && !facts.allVisible) return std::nullopt;
   }
   return facts;
+}
+
+MaskReadingStats &maskReadingStats() {
+  static MaskReadingStats stats;
+  return stats;
 }
 
 std::string MaskFactsCache::structure(Graph &g, ValueId v, int &opsLeft) {
@@ -241,7 +271,7 @@ std::string MaskFactsCache::structure(Graph &g, ValueId v, int &opsLeft) {
     const Value &val = g.value(v);
     if (val.producer < 0 || --opsLeft < 0) return "";
     const Op &op = g.ops[size_t(val.producer)];
-    if (op.dead || op.outputs.size() != 1 || !rowwiseOps().count(op.type)) return "";
+    if (op.dead || op.outputs.size() != 1 || (!rowwiseOps().count(op.type) && !symbolicMaskOp(op.type))) return "";
     s = op.type;
     // Cast's "to" is the one attribute these ops have; any other keeps the op apart.
     for (const auto &[name, attr] : op.attrs.all())

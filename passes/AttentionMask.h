@@ -63,11 +63,32 @@ struct MaskFacts {
 void scanMask(const MaskView &m, MaskKind kind, int64_t qSeq, int64_t kvSeq, MaskFacts &facts);
 
 // The facts of mask value v, where it is known at compile time: a constant
-// (through an Expand), or a mask over the fold limit that elementwise ops and
-// Expands compute from constants (each at most the fold limit), read a block
-// of rows at a time. v broadcasts to [..., qSeq, kvSeq]. None otherwise.
+// (through an Expand), or a mask over the fold limit that ops compute from
+// constants: read from its ops by the recognizer (passes/SymbolicMask.h),
+// which evaluates none of its entries, or, where it does not recognize them,
+// evaluated a block of rows at a time through elementwise ops and Expands
+// (each constant at most the fold limit), with a note on stderr. v
+// broadcasts to [..., qSeq, kvSeq]. None otherwise.
 std::optional<MaskFacts> compileTimeMaskFacts(ir::Graph &g, ir::ValueId v, MaskKind kind, int64_t qSeq,
                                               int64_t kvSeq, const PassOptions &opts);
+
+// The elementwise ops (and Expand, Identity) that the mask readers read
+// through: an op on the whole mask that is the same op on each entry.
+bool elementwiseMaskOp(const std::string &opType);
+
+// What the mask readers did in this process, for `megac compile --stats`:
+// masks the recognizer read from their ops (passes/SymbolicMask.h), and
+// masks evaluated a block of rows at a time with the entries evaluated.
+struct MaskReadingStats {
+  int64_t recognized = 0, evaluated = 0, entriesEvaluated = 0;
+};
+MaskReadingStats &maskReadingStats();
+
+// The block-of-rows evaluation alone (what compileTimeMaskFacts does where
+// the recognizer does not read the mask, saying so on stderr with `note`;
+// the recognizer's tests compare against it).
+std::optional<MaskFacts> evaluatedMaskFacts(ir::Graph &g, ir::ValueId v, MaskKind kind, int64_t qSeq, int64_t kvSeq,
+                                            const PassOptions &opts, bool note = false);
 
 // compileTimeMaskFacts, remembered per mask and reading. Masks that compute
 // the same share one entry (exports build one mask per layer, each with its

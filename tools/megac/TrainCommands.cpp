@@ -6,6 +6,7 @@
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
 #include "frontend/TensorProto.h"
+#include "passes/AttentionMask.h"
 #include "runtime/plan/PlanTimeline.h"
 #include "runtime/train/TrainLoop.h"
 #include "runtime/train/WeightSource.h"
@@ -57,6 +58,8 @@ static cl::opt<std::string> ResidentUnits(
              "gradients arrive (0: every unit streams; auto: as many as the cost model says shorten the step, within "
              "the GPU budget)"),
     cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<bool> Stats("stats", cl::desc("Print what the compile read and evaluated (attention masks)"),
+                           cl::sub(compileCmd()));
 static cl::opt<std::string> GpuAdamwUnits(
     "gpu-adamw-units",
     cl::desc("The first N streamed units (in forward order, skipping tied ones) whose AdamW moments come to the GPU "
@@ -242,14 +245,17 @@ static llvm::Error applyOptimizerFlags(plan::Optimizer &o, bool all) {
   return llvm::Error::success();
 }
 
+// --profile FILE, or the built-in profile.
+static llvm::Expected<plan::MachineProfile> profileFlag() {
+  if (ProfileFile.empty()) return plan::MachineProfile();
+  return plan::readMachineProfile(ProfileFile);
+}
+
 static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   codegen::ScheduleOptions so;
-  plan::MachineProfile profile;
-  if (!ProfileFile.empty()) {
-    auto read = plan::readMachineProfile(ProfileFile);
-    if (!read) return read.takeError();
-    profile = *read;
-  }
+  auto read = profileFlag();
+  if (!read) return read.takeError();
+  const plan::MachineProfile profile = *read;
   if (WeightSlots < 2) return flagError("--weight-slots must be at least 2 (got " + llvm::Twine(WeightSlots) + ")");
   so.weightSlots = WeightSlots;
   auto recompute = codegen::parseRecompute(RecomputeFlag);
@@ -305,6 +311,11 @@ int runCompile() {
   if (!plan) return reportError(plan.takeError());
   if (auto e = plan::writePlan(*plan, PlanOut)) return reportError(std::move(e));
   printPlanSummary(*plan, llvm::outs());
+  if (Stats) {
+    const passes::MaskReadingStats &m = passes::maskReadingStats();
+    llvm::outs() << "attention masks over the fold limit: " << m.recognized << " read from their ops, " << m.evaluated
+                 << " evaluated by blocks of rows (" << m.entriesEvaluated << " entries)\n";
+  }
   llvm::outs() << "wrote " << PlanOut << "\n";
   return 0;
 }
@@ -324,12 +335,9 @@ static llvm::Error writeRunTimeline(const plan::Plan &plan, runtime::Trainer &t,
   const std::vector<std::pair<double, double>> times = t.lastActionTimes();
   if (times.empty())
     return flagError("--timeline draws the schedule's actions as they ran; --cpu-direct runs none (drop it)");
-  plan::MachineProfile profile;
-  if (!ProfileFile.empty()) {
-    auto read = plan::readMachineProfile(ProfileFile);
-    if (!read) return read.takeError();
-    profile = *read;
-  }
+  auto read = profileFlag();
+  if (!read) return read.takeError();
+  const plan::MachineProfile profile = *read;
   auto report = plan::reportPlan(plan, profile);
   if (!report) return report.takeError();
   std::string what = std::string("megac run --device ") + t.device() + ", step " + std::to_string(steps) + " of " +
