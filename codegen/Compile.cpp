@@ -120,4 +120,38 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
   return plan;
 }
 
+llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, const frontend::ImportOptions &import,
+                                              const passes::PassOptions &passOpts, const CodegenOptions &co) {
+  LongestSeq out;
+  auto bytesAt = [&](int64_t seq) -> llvm::Expected<int64_t> {
+    ++out.compiles;
+    auto p = compilePlan(modelPath, atShape(import, 1, seq), passOpts, co);
+    if (!p) return p.takeError();
+    return p->schedule().device_bytes();
+  };
+  const int64_t s0 = 64, budget = co.schedule.gpuBudgetBytes;
+  auto b1 = bytesAt(s0);
+  if (!b1) return b1.takeError();
+  if (*b1 > budget) return out;
+  auto b2 = bytesAt(2 * s0);
+  if (!b2) return b2.takeError();
+  const double perToken = std::max(1.0, double(*b2 - *b1) / double(s0));
+  out.bytesPerToken = int64_t(perToken);
+  const double maxSeq = double(int64_t(1) << kMaxTokensLog2);
+  int64_t seq = int64_t(std::min(maxSeq, double(s0) + double(budget - *b1) / perToken)) / s0 * s0;
+  out.seq = s0;
+  out.deviceBytes = *b1;
+  for (int tries = 0; tries < 8 && seq > s0; ++tries) {
+    auto b = bytesAt(seq);
+    if (!b) return b.takeError();
+    if (*b <= budget) {
+      out.seq = seq;
+      out.deviceBytes = *b;
+      break;
+    }
+    seq = std::max(s0, seq / 20 * 19 / s0 * s0);
+  }
+  return out;
+}
+
 } // namespace megac::codegen

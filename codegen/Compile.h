@@ -13,4 +13,19 @@ namespace megac::codegen {
 llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, const frontend::ImportOptions &import,
                                               const passes::PassOptions &passes, const CodegenOptions &codegen);
 
+// The longest seq that fits the GPU budget at batch 1 (`megac compile
+// --longest-seq`): GPU bytes grow linearly in seq (boundary activations, the
+// loss's rows, the arenas' per-token values), so compiles at seq 64 and 128
+// give the estimate, a multiple of 64, which a compile at it confirms (5%
+// shorter each time it does not, at most 8 times). The host bill does not
+// depend on seq. Also the GPU bytes at that length.
+struct LongestSeq {
+  int64_t seq = 0;           // 0: not even seq 64 fits
+  int64_t deviceBytes = 0;   // of the plan at `seq`
+  int64_t bytesPerToken = 0; // the estimate's slope
+  int compiles = 0;
+};
+llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, const frontend::ImportOptions &import,
+                                              const passes::PassOptions &passes, const CodegenOptions &codegen);
+
 } // namespace megac::codegen

@@ -60,6 +60,10 @@ static cl::opt<std::string> ResidentUnits(
     cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<bool> Stats("stats", cl::desc("Print what the compile read and evaluated (attention masks)"),
                            cl::sub(compileCmd()));
+static cl::opt<bool> LongestSeqFlag("longest-seq",
+                                    cl::desc("Also report the longest seq that fits the GPU budget at batch 1 "
+                                             "(compiles at seq 64 and 128 estimate it, one at it confirms)"),
+                                    cl::sub(compileCmd()));
 static cl::opt<std::string> GpuAdamwUnits(
     "gpu-adamw-units",
     cl::desc("The first N streamed units (in forward order, skipping tied ones) whose AdamW moments come to the GPU "
@@ -280,7 +284,13 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   return so;
 }
 
-static llvm::Expected<plan::Plan> compileModel() {
+// What the compile flags ask for.
+struct CompileInputs {
+  ModelFlags flags;
+  codegen::CodegenOptions co;
+};
+
+static llvm::Expected<CompileInputs> compileInputs() {
   auto flags = modelFlags();
   if (!flags) return flags.takeError();
   if (flags->import.batch <= 0 || flags->import.seq <= 0)
@@ -295,7 +305,13 @@ static llvm::Expected<plan::Plan> compileModel() {
   auto schedule = scheduleFlags();
   if (!schedule) return schedule.takeError();
   co.schedule = *schedule;
-  return codegen::compileForTraining(Model, flags->import, flags->passes, co);
+  return CompileInputs{*flags, co};
+}
+
+static llvm::Expected<plan::Plan> compileModel() {
+  auto in = compileInputs();
+  if (!in) return in.takeError();
+  return codegen::compileForTraining(Model, in->flags.import, in->flags.passes, in->co);
 }
 
 static void printPlanSummary(const plan::Plan &p, llvm::raw_ostream &os) {
@@ -315,6 +331,20 @@ int runCompile() {
     const passes::MaskReadingStats &m = passes::maskReadingStats();
     llvm::outs() << "attention masks over the fold limit: " << m.recognized << " read from their ops, " << m.evaluated
                  << " evaluated by blocks of rows (" << m.entriesEvaluated << " entries)\n";
+  }
+  if (LongestSeqFlag) {
+    auto in = compileInputs();
+    if (!in) return reportError(in.takeError());
+    auto l = codegen::longestSeqAtBatch1(Model, in->flags.import, in->flags.passes, in->co);
+    if (!l) return reportError(l.takeError());
+    const double gib = double(int64_t(1) << 30);
+    llvm::outs() << "longest seq that fits at batch 1: ";
+    if (l->seq == 0) llvm::outs() << "none (seq 64 does not fit the GPU budget)\n";
+    else
+      llvm::outs() << l->seq << " (GPU " << llvm::format("%.2f", double(l->deviceBytes) / gib) << " of "
+                   << llvm::format("%.2f", double(in->co.schedule.gpuBudgetBytes) / gib) << " GiB, "
+                   << l->bytesPerToken << " bytes a token; " << l->compiles
+                   << " compiles); the host bill does not depend on seq\n";
   }
   llvm::outs() << "wrote " << PlanOut << "\n";
   return 0;
