@@ -1,6 +1,6 @@
 #include "codegen/GpuAdamwPolicy.h"
 
-#include "runtime/plan/CostModel.h"
+#include "codegen/CountPolicy.h"
 #include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>
@@ -11,12 +11,7 @@ static llvm::Error err(const llvm::Twine &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
 }
 
-llvm::Expected<int> parseGpuAdamwUnits(llvm::StringRef s) {
-  if (s == "auto") return -1;
-  int n = 0;
-  if (s.getAsInteger(10, n) || n < 0) return err("--gpu-adamw-units must be auto or a count >= 0, got '" + s + "'");
-  return n;
-}
+llvm::Expected<int> parseGpuAdamwUnits(llvm::StringRef s) { return parseCountOrAuto("--gpu-adamw-units", s); }
 
 std::vector<int> gpuAdamwCandidates(const plan::Plan &p) {
   std::vector<int> units;
@@ -43,18 +38,9 @@ llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o) {
   const plan::Optimizer &opt = p.optimizer();
   int best = 0;
   if (opt.clip() <= 0 && opt.grad_accum() <= 1 && most > 0) {
-    const int64_t limit = o.gpuBudgetBytes / 100 * 97;
-    std::vector<double> predicted; // by count, while the plan fits
-    for (int n = 0; n <= most; ++n) {
-      setOnGpu(n);
-      if (auto e = buildStreamSchedule(p, o)) return e;
-      if (n > 0 && p.schedule().device_bytes() > limit) break; // the moment slots do not fit
-      auto pred = plan::predictStep(p, o.profile);
-      if (!pred) return pred.takeError();
-      predicted.push_back(pred->stepSeconds);
-    }
-    const double fastest = *std::min_element(predicted.begin(), predicted.end());
-    while (best + 1 < int(predicted.size()) && predicted[size_t(best)] > fastest * 1.005) ++best;
+    auto n = fewestNearFastest(p, o, most, setOnGpu);
+    if (!n) return n.takeError();
+    best = *n;
   }
   setOnGpu(best);
   return buildStreamSchedule(p, o);

@@ -1,6 +1,6 @@
 #include "codegen/ResidentPolicy.h"
 
-#include "runtime/plan/CostModel.h"
+#include "codegen/CountPolicy.h"
 #include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>
@@ -11,12 +11,7 @@ static llvm::Error err(const llvm::Twine &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
 }
 
-llvm::Expected<int> parseResidentUnits(llvm::StringRef s) {
-  if (s == "auto") return -1;
-  int n = 0;
-  if (s.getAsInteger(10, n) || n < 0) return err("--resident-units must be auto or a count >= 0, got '" + s + "'");
-  return n;
-}
+llvm::Expected<int> parseResidentUnits(llvm::StringRef s) { return parseCountOrAuto("--resident-units", s); }
 
 std::vector<int> residentCandidates(const plan::Plan &p) {
   std::vector<int> units;
@@ -54,20 +49,9 @@ llvm::Error applyResidentPolicy(plan::Plan &p, const ScheduleOptions &o) {
   const plan::Optimizer &opt = p.optimizer();
   int best = 0;
   if (opt.clip() <= 0 && opt.grad_accum() <= 1) {
-    const int64_t limit = o.gpuBudgetBytes / 100 * 97;
-    std::vector<double> predicted; // by count, while the plan fits
-    for (int n = 0; n <= most; ++n) {
-      setResident(n);
-      if (auto e = buildStreamSchedule(p, o)) return e;
-      if (p.schedule().device_bytes() > limit) break;
-      auto pred = plan::predictStep(p, o.profile);
-      if (!pred) return pred.takeError();
-      predicted.push_back(pred->stepSeconds);
-    }
-    if (!predicted.empty()) {
-      const double fastest = *std::min_element(predicted.begin(), predicted.end());
-      while (best + 1 < int(predicted.size()) && predicted[size_t(best)] > fastest * 1.005) ++best;
-    }
+    auto n = fewestNearFastest(p, o, most, setResident);
+    if (!n) return n.takeError();
+    best = *n;
   }
   setResident(best);
   return buildStreamSchedule(p, o);

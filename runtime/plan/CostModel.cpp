@@ -233,6 +233,7 @@ public:
 
 private:
   void dependencies();
+  void finish(StepPrediction &out);
   llvm::Error check();
   llvm::Error actionWork(StepPrediction &out);
   void simulate(StepPrediction &out);
@@ -536,6 +537,12 @@ llvm::Expected<StepPrediction> ScheduleSim::run() {
   out.rates = r_;
   if (auto e = actionWork(out)) return std::move(e);
   simulate(out);
+  finish(out);
+  return out;
+}
+
+// What follows from the actions' times: critical path, memory, TFLOPS.
+void ScheduleSim::finish(StepPrediction &out) {
   criticalPath(out);
   memory(out);
   int64_t params = p_.total_parameters();
@@ -543,7 +550,6 @@ llvm::Expected<StepPrediction> ScheduleSim::run() {
     for (const Parameter &q : p_.parameters()) params += q.numel();
   out.modelFlops = 6.0 * double(params) * double(p_.batch()) * double(p_.seq());
   out.tflops = out.stepSeconds > 0 ? out.modelFlops / out.stepSeconds / 1e12 : 0;
-  return out;
 }
 
 llvm::Expected<StepPrediction> ScheduleSim::measured(const std::vector<std::pair<double, double>> &times) {
@@ -562,13 +568,7 @@ llvm::Expected<StepPrediction> ScheduleSim::measured(const std::vector<std::pair
     out.stepSeconds = std::max(out.stepSeconds, t.end);
     out.laneBusy[t.lane] += t.end - t.start;
   }
-  criticalPath(out);
-  memory(out);
-  int64_t params = p_.total_parameters();
-  if (params <= 0)
-    for (const Parameter &q : p_.parameters()) params += q.numel();
-  out.modelFlops = 6.0 * double(params) * double(p_.batch()) * double(p_.seq());
-  out.tflops = out.stepSeconds > 0 ? out.modelFlops / out.stepSeconds / 1e12 : 0;
+  finish(out);
   return out;
 }
 

@@ -65,6 +65,7 @@ private:
   llvm::Error update(int i, const plan::StreamAction &a);
   llvm::Error updateFrom(int i, int unit, const uint8_t *gradBase, bool poisoned);
   // An adamw_on_gpu unit's moments in, its AdamW in the slots, and all three back out.
+  llvm::Error checkMomentAction(int i, const plan::StreamAction &a) const;
   llvm::Error fetchMoments(int i, const plan::StreamAction &a);
   llvm::Error updateInSlots(int i, const plan::StreamAction &a);
   llvm::Error writeback(int i, const plan::StreamAction &a);
@@ -595,11 +596,18 @@ llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
   return updateFrom(i, u, staging_.data() + off, stagingVerdict_[size_t(g)]);
 }
 
+// FETCH_MOMENTS and WRITEBACK: of an adamw_on_gpu unit, on its weight slot.
+llvm::Error StreamExecutor::checkMomentAction(int i, const plan::StreamAction &a) const {
+  if (!onGpu(a.unit())) return err("schedule: " + actionText(i) + ": the unit does not run its AdamW on the GPU");
+  if (a.weight_slot() < 0 || a.weight_slot() >= s_->weight_slots())
+    return err("schedule: " + actionText(i) + " names no weight slot");
+  return llvm::Error::success();
+}
+
 llvm::Error StreamExecutor::fetchMoments(int i, const plan::StreamAction &a) {
+  if (auto e = checkMomentAction(i, a)) return e;
   const int u = a.unit(), k = a.weight_slot();
   const plan::Unit &unit = plan_.units(u);
-  if (!onGpu(u)) return err("schedule: " + actionText(i) + ": the unit does not run its AdamW on the GPU");
-  if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
   const plan::WeightLayout &lay = layouts_[size_t(u)];
   const plan::MomentLayout ml = plan::momentLayout(plan_, u);
   int64_t off = 0;
@@ -656,10 +664,9 @@ llvm::Error StreamExecutor::updateInSlots(int i, const plan::StreamAction &a) {
 }
 
 llvm::Error StreamExecutor::writeback(int i, const plan::StreamAction &a) {
+  if (auto e = checkMomentAction(i, a)) return e;
   const int u = a.unit(), k = a.weight_slot();
   const plan::Unit &unit = plan_.units(u);
-  if (!onGpu(u)) return err("schedule: " + actionText(i) + ": the unit does not run its AdamW on the GPU");
-  if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
   const plan::WeightLayout &lay = layouts_[size_t(u)];
   const plan::MomentLayout ml = plan::momentLayout(plan_, u);
   int64_t wOff = 0, mOff = 0;
