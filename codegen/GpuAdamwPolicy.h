@@ -24,11 +24,13 @@ std::vector<int> gpuAdamwCandidates(const plan::Plan &p);
 
 // Sets Unit.adamw_on_gpu on the first o.gpuAdamwUnits candidates and builds
 // the schedule (after the resident policy: resident units are not
-// candidates). Auto (-1): the fewest units whose step the cost model predicts
-// within 0.5% of the fastest count that keeps the plan within 97% of the GPU
-// budget; none where the step keeps its gradients (--clip, --grad-accum),
-// whose AdamW waits for the whole step. A count over the candidates is an
-// error.
+// candidates). Auto (-1): a run of candidates from the first or from the
+// second (the embedding's moments may cost more over PCIe than its host
+// AdamW), the fewest whose step the cost model predicts within 0.5% of the
+// fastest count that keeps the plan within 97% of the GPU budget, the run
+// that predicts the shorter step (from the second only if 0.5% shorter);
+// none where the step keeps its gradients (--clip, --grad-accum), whose
+// AdamW waits for the whole step. A count over the candidates is an error.
 llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o);
 
 } // namespace megac::codegen

@@ -226,7 +226,7 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last);
   for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, gradSlotBytes, 0, last);
   if (plan::anyAdamwOnGpu(p))
-    for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::MOMENT_SLOT, k, 2 * slotBytes, 0, last);
+    for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::MOMENT_SLOT, k, plan::momentSlotBytes(p), 0, last);
   for (int u = 0; u < N; ++u)
     if (p.units(u).resident()) addRegion(s, DeviceRegion::RESIDENT, u, plan::residentLayout(p, u).bytes, 0, last);
 

@@ -30,7 +30,6 @@ const char *laneName(int lane) {
 
 // --- the work of a program ---
 
-static Shape shapeOf(const TensorType &t) { return Shape(t.shape().begin(), t.shape().end()); }
 
 static int64_t numel(const TensorType &t) {
   int64_t n = 1;

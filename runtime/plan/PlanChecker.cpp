@@ -472,7 +472,7 @@ private:
         return e;
     }
     for (int k = 0; k < K_ && moments_; ++k)
-      if (auto e = require(DeviceRegion::MOMENT_SLOT, k, 2 * slotBytes, 0, last, "the AdamW moments of the largest streamed unit")) return e;
+      if (auto e = require(DeviceRegion::MOMENT_SLOT, k, momentSlotBytes(p_), 0, last, "the AdamW moments of the largest unit stepped on the GPU")) return e;
     for (int u = 0; u < N_; ++u)
       if (p_.units(u).resident())
         if (auto e = require(DeviceRegion::RESIDENT, u, residentLayout(p_, u).bytes, 0, last,

@@ -250,6 +250,13 @@ bool anyAdamwOnGpu(const Plan &p) {
   return false;
 }
 
+int64_t momentSlotBytes(const Plan &p) {
+  int64_t most = 0;
+  for (int u = 0; u < p.units_size(); ++u)
+    if (p.units(u).adamw_on_gpu() && !p.units(u).resident()) most = std::max(most, momentLayout(p, u).bytes);
+  return most;
+}
+
 std::string slotEventName(char slotKind, int slot, bool ready) {
   return std::string(1, slotKind) + std::to_string(slot) + (ready ? ".ready" : ".free");
 }

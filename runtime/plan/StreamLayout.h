@@ -44,8 +44,7 @@ inline ResidentLayout residentLayout(const Plan &p, int unitIndex) {
 }
 
 // An adamw_on_gpu unit's moments in the MOMENT_SLOT of its weight slot: m,
-// then v, each a unitWeightLayout of `bytes`. The region holds twice the
-// weight slot's bytes.
+// then v, each a unitWeightLayout of `bytes`.
 struct MomentLayout {
   int64_t m = 0, v = 0, bytes = 0;
 };
@@ -55,6 +54,8 @@ inline MomentLayout momentLayout(const Plan &p, int unitIndex) {
 }
 // Whether any unit's AdamW runs on the GPU while it streams (the schedule then has moment slots and m events).
 bool anyAdamwOnGpu(const Plan &p);
+// Each MOMENT_SLOT's bytes: the largest momentLayout of those units (0 if none).
+int64_t momentSlotBytes(const Plan &p);
 
 // The templates' constants in the CONSTANTS region: templates in order, each
 // forward, backward, then (where present) forward_keep and backward_kept
