@@ -6,7 +6,7 @@ GPU-side figures the plan reports (issue 4's table).
 
 The largest batch ("max batch") is megac's own answer, from its planner: the GPU peak of a plan
 compiled at each batch tried, against the budget the plan was compiled for (--gpu-mem, default
-the profile's usable memory), the test `megac compile` applies (codegen/Compile.cpp). Where the
+the profile's usable memory), the test `megac compile` applies (driver/Compile.cpp). Where the
 plan at --batch is already over budget, it is the "largest batch that fits at seq S" line of
 megac's error. Otherwise the batch is doubled until the plan no longer fits, then bisected
 (megac's largestFitting: the peak is taken to grow with the batch), compiling the exported file

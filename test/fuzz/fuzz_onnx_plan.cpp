@@ -1,10 +1,10 @@
 // ONNX model bytes -> import, the import and loss pipelines (specialize,
 // fusions, autodiff, partition-units), codegen, the memory plan, the
 // streaming schedule and the plan checker: `megac compile --batch 1 --seq 8`
-// with its default flags, through codegen::compileForTraining as
+// with its default flags, through driver::compileForTraining as
 // tools/megac/TrainCommands.cpp calls it.
 #include "FuzzUtil.h"
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
 
@@ -29,7 +29,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!recompute || !resident) std::abort();
   co.schedule.recompute = *recompute;
   co.schedule.residentUnits = *resident;
-  auto plan = codegen::compileForTraining(path, import, passOpts, co);
+  auto plan = driver::compileForTraining(path, import, passOpts, co);
   fuzz::discard(plan);
   return 0;
 }

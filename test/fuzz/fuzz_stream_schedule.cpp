@@ -10,7 +10,7 @@
 #include "FuzzUtil.h"
 #include "ProtoMutator.h"
 
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "runtime/plan/PlanChecker.h"
 #include "runtime/train/Trainer.h"
 #include "runtime/train/Weights.h"
@@ -33,7 +33,7 @@ const Fixture &fixture() {
     codegen::CodegenOptions co;
     co.compute = "fp32";
     co.schedule.residentUnits = 0; // every unit streams (the seeds: make_seeds.py)
-    auto p = codegen::compileForTraining(std::string(MEGAC_SOURCE_DIR) + "/test/data/llama/model.onnx", io, {}, co);
+    auto p = driver::compileForTraining(std::string(MEGAC_SOURCE_DIR) + "/test/data/llama/model.onnx", io, {}, co);
     if (!p) {
       std::fprintf(stderr, "fuzz_stream_schedule: %s\n", llvm::toString(p.takeError()).c_str());
       std::abort();

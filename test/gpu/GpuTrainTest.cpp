@@ -2,7 +2,7 @@
 // plan, the same weights and batch; per-step losses and every gradient.
 #include "GpuTrainerUtil.h"
 #include "../unit/TokenWeightedStep.h"
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "runtime/cuda/CudnnAttention.h"
 #include "runtime/train/AdamW.h"
 

@@ -4,7 +4,7 @@
 #include "FixtureTestUtil.h"
 
 #include "codegen/Budget.h"
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "runtime/plan/StreamLayout.h"
 
 using namespace megac;
@@ -29,7 +29,7 @@ llvm::Expected<plan::Plan> compileLlama(int64_t batch, int64_t seq, int64_t gpuB
   co.schedule.gpuBudgetBytes = gpuBudget;
   co.schedule.hostBudgetBytes = hostBudget;
   co.schedule.recompute = recompute;
-  return codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  return driver::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
 }
 
 // The least the plan needs: every unit recomputes (what --recompute auto

@@ -5,7 +5,7 @@
 // fixture.
 #include "FixtureTestUtil.h"
 
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "runtime/plan/CostModel.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
@@ -509,7 +509,7 @@ TEST(CostModel, CompiledScheduleInvariants) {
   io.seq = 16;
   codegen::CodegenOptions co;
   co.compute = "bf16";
-  auto p = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  auto p = driver::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
   ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
   ASSERT_TRUE(p->has_schedule()) << "every compiled plan has a streaming schedule";
   auto s = plan::predictStep(*p, plan::MachineProfile());
@@ -635,14 +635,14 @@ TEST(GpuAdamwPolicy, AutoBalancesTheCpuAgainstPcie) {
   codegen::CodegenOptions co;
   co.schedule = so;
   co.optimizer.set_clip(1.0f);
-  auto clipped = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  auto clipped = driver::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
   ASSERT_TRUE(bool(clipped)) << llvm::toString(clipped.takeError());
   EXPECT_FALSE(plan::anyAdamwOnGpu(*clipped)) << "--clip: the AdamW waits for the whole step";
 
   so.gpuAdamwUnits = 9;
   co.schedule = so;
   co.optimizer.set_clip(0);
-  auto tooMany = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  auto tooMany = driver::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
   ASSERT_FALSE(bool(tooMany));
   EXPECT_NE(llvm::toString(tooMany.takeError()).find("--gpu-adamw-units 9: 4 of the plan's 4 units"), std::string::npos);
 }

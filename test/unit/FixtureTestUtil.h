@@ -1,7 +1,7 @@
 #pragma once
 // Helpers for end-to-end tests against the PyTorch reference fixtures in
 // test/data/<model>/ (see test/data/README.md).
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "frontend/OnnxImport.h"
 #include "frontend/TensorProto.h"
 #include "ir/Eval.h"
@@ -143,7 +143,7 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
   o.set_weight_decay(0.1f);
   o.set_schedule("constant");
   o.set_grad_accum(1);
-  auto p = codegen::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
+  auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
   if (!p) {
     ADD_FAILURE() << llvm::toString(p.takeError());
     return {};
@@ -159,7 +159,7 @@ inline plan::Plan compileFixtureScheduled(const std::string &model, const codege
   io.seq = 16;
   codegen::CodegenOptions co;
   co.schedule = schedule;
-  auto p = codegen::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
+  auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
   if (!p) {
     ADD_FAILURE() << llvm::toString(p.takeError());
     return {};

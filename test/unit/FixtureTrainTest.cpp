@@ -3,7 +3,7 @@
 // five-step AdamW trajectory; and exact resumption from a checkpoint.
 #include "FixtureTestUtil.h"
 
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/TrainLoop.h"
 #include "runtime/train/Weights.h"

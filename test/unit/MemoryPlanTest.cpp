@@ -3,7 +3,7 @@
 // plans against a brute-force overlap check written independently here.
 #include "FixtureTestUtil.h"
 
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "runtime/plan/MemoryPlan.h"
 
 using namespace megac;
@@ -205,7 +205,7 @@ TEST(MemoryPlan, FixturePlansAreTightAndOverlapFree) {
     frontend::ImportOptions io;
     io.batch = 2;
     io.seq = 16;
-    auto p = codegen::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, {});
+    auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, {});
     ASSERT_TRUE(bool(p)) << model << ": " << llvm::toString(p.takeError());
     int aliased = 0;
     for (const plan::Template &t : p->templates())

@@ -3,7 +3,7 @@
 // (2 layers, hidden 64, intermediate 176, 4 heads of 16, 2 KV heads, vocab 256).
 #include "FixtureTestUtil.h"
 
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "runtime/plan/PlanReport.h"
 #include "runtime/plan/PlanTimeline.h"
 
@@ -320,7 +320,7 @@ plan::Plan compileLlama(float clip) {
   co.optimizer.set_lr(1e-3f);
   co.optimizer.set_grad_accum(1);
   co.optimizer.set_clip(clip);
-  auto p = codegen::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  auto p = driver::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
   if (!p) {
     ADD_FAILURE() << llvm::toString(p.takeError());
     return {};

@@ -4,7 +4,7 @@
 // worked out by hand.
 #include "FixtureTestUtil.h"
 
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/StreamLayout.h"
 
@@ -193,7 +193,7 @@ TEST(StreamSchedule, AttentionWorkspaceIsTwoScoreMatrices) {
   io.seq = 16;
   passes::PassOptions unfused; // the fused loss's scratch would be larger here
   unfused.fuseLinearCrossEntropy = false;
-  auto p = codegen::compileForTraining(fixtureDir("llama_op23") + "/model.onnx", io, unfused, {});
+  auto p = driver::compileForTraining(fixtureDir("llama_op23") + "/model.onnx", io, unfused, {});
   ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
   int attention = 0;
   for (const plan::Template &t : p->templates())
@@ -231,7 +231,7 @@ TEST(StreamSchedule, FusedAttentionIsBudgetedItsOwnWorkspace) {
   io.seq = 256;
   passes::PassOptions unfused;
   unfused.fuseLinearCrossEntropy = false;
-  auto p = codegen::compileForTraining(fixtureDir("llama_op23") + "/model.onnx", io, unfused, {});
+  auto p = driver::compileForTraining(fixtureDir("llama_op23") + "/model.onnx", io, unfused, {});
   ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
   int checked = 0;
   for (const plan::Template &t : p->templates())
@@ -306,7 +306,7 @@ TEST(StreamSchedule, WorkspaceCoversTheFusedLoss) {
     io.seq = 16;
     codegen::CodegenOptions co;
     co.compute = compute;
-    auto p = codegen::compileForTraining(fixtureDir("gpt2") + "/model.onnx", io, {}, co);
+    auto p = driver::compileForTraining(fixtureDir("gpt2") + "/model.onnx", io, {}, co);
     ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
     const bool bf16 = std::string(compute) == "bf16";
     int fused = 0;

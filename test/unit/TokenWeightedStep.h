@@ -6,7 +6,7 @@
 // both backends (TokenWeightedStepTest.cpp, test/gpu/GpuTrainTest.cpp).
 #include "FixtureTestUtil.h"
 
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "frontend/TensorProto.h"
 #include "runtime/train/Weights.h"
 
@@ -55,7 +55,7 @@ inline void checkTokenWeightedStep(const TrainerFactory &makeTrainer, double tol
   o.set_weight_decay(0.0f);
   o.set_schedule("constant");
   o.set_grad_accum(2);
-  auto plan = codegen::compileForTraining(fixtureDir("hf_tiny/llama") + "/model.onnx", io, {}, co);
+  auto plan = driver::compileForTraining(fixtureDir("hf_tiny/llama") + "/model.onnx", io, {}, co);
   ASSERT_TRUE(bool(plan)) << llvm::toString(plan.takeError());
   auto trainer = makeTrainer(*plan);
   ASSERT_TRUE(bool(trainer)) << llvm::toString(trainer.takeError());

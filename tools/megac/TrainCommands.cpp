@@ -1,7 +1,7 @@
 // megac compile MODEL.onnx --batch B --seq S [optimizer flags] -o model.plan
 // megac run model.plan --data FILE --steps N [optimizer, data, checkpoint flags]
 // megac train MODEL.onnx --batch B --seq S ... (compile and run in one)
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 #include "codegen/GpuAdamwPolicy.h"
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
@@ -311,7 +311,7 @@ static llvm::Expected<CompileInputs> compileInputs() {
 static llvm::Expected<plan::Plan> compileModel() {
   auto in = compileInputs();
   if (!in) return in.takeError();
-  return codegen::compileForTraining(Model, in->flags.import, in->flags.passes, in->co);
+  return driver::compileForTraining(Model, in->flags.import, in->flags.passes, in->co);
 }
 
 static void printPlanSummary(const plan::Plan &p, llvm::raw_ostream &os) {
@@ -335,7 +335,7 @@ int runCompile() {
   if (LongestSeqFlag) {
     auto in = compileInputs();
     if (!in) return reportError(in.takeError());
-    auto l = codegen::longestSeqAtBatch1(Model, in->flags.import, in->flags.passes, in->co);
+    auto l = driver::longestSeqAtBatch1(Model, in->flags.import, in->flags.passes, in->co);
     if (!l) return reportError(l.takeError());
     const double gib = double(int64_t(1) << 30);
     llvm::outs() << "longest seq that fits at batch 1: ";

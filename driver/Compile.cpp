@@ -1,4 +1,4 @@
-#include "codegen/Compile.h"
+#include "driver/Compile.h"
 
 #include "codegen/Budget.h"
 #include "codegen/GpuAdamwPolicy.h"
@@ -9,7 +9,9 @@
 #include <algorithm>
 #include <cstdio>
 
-namespace megac::codegen {
+namespace megac::driver {
+
+using namespace codegen;
 
 // Everything but the budget checks and the plan checker.
 static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, const frontend::ImportOptions &import,
@@ -154,4 +156,4 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   return out;
 }
 
-} // namespace megac::codegen
+} // namespace megac::driver

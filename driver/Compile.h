@@ -1,5 +1,6 @@
 #pragma once
-// The whole compiler, from an ONNX file (or textual IR) to a training plan:
+// The compiler driver, from an ONNX file (or textual IR) to a training plan
+// (it sits above codegen, which does not see the frontend):
 // import, the import pipeline, append-loss, fuse-linear-cross-entropy,
 // partition-units, codegen, the arenas and the streaming schedule. Fails, with the numbers, when the plan
 // exceeds codegen.schedule's GPU or host budget, and (as an internal error)
@@ -8,10 +9,10 @@
 #include "frontend/OnnxImport.h"
 #include "passes/Pass.h"
 
-namespace megac::codegen {
+namespace megac::driver {
 
 llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, const frontend::ImportOptions &import,
-                                              const passes::PassOptions &passes, const CodegenOptions &codegen);
+                                              const passes::PassOptions &passes, const codegen::CodegenOptions &codegen);
 
 // The longest seq that fits the GPU budget at batch 1 (`megac compile
 // --longest-seq`): GPU bytes grow linearly in seq (boundary activations, the
@@ -26,6 +27,6 @@ struct LongestSeq {
   int compiles = 0;
 };
 llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, const frontend::ImportOptions &import,
-                                              const passes::PassOptions &passes, const CodegenOptions &codegen);
+                                              const passes::PassOptions &passes, const codegen::CodegenOptions &codegen);
 
-} // namespace megac::codegen
+} // namespace megac::driver
