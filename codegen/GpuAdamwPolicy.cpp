@@ -21,6 +21,9 @@ std::vector<int> gpuAdamwCandidates(const plan::Plan &p) {
   return units;
 }
 
+// The predicted gain a choice of units must show over none: more than the model's error.
+static constexpr double kGain = 0.03;
+
 llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o) {
   const std::vector<int> candidates = gpuAdamwCandidates(p);
   const int most = int(candidates.size());
@@ -43,15 +46,25 @@ llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o) {
     // From the first candidate, and from the second: the first is often the
     // embedding, the largest unit (a Llama-3 vocabulary: 525M parameters),
     // whose moments over PCIe may cost more than its host AdamW.
-    double bestSeconds = 0;
+    auto predicted = [&](int from, int n) -> llvm::Expected<double> {
+      setOnGpu(from, n);
+      if (auto e = buildStreamSchedule(p, o)) return std::move(e);
+      auto pred = plan::predictStep(p, o.profile);
+      if (!pred) return pred.takeError();
+      return pred->stepSeconds;
+    };
+    auto none = predicted(0, 0);
+    if (!none) return none.takeError();
+    double bestSeconds = *none;
     for (int from = 0; from < std::min(2, most); ++from) {
       auto n = fewestNearFastest(p, o, most - from, [&](int k) { setOnGpu(from, k); });
       if (!n) return n.takeError();
-      setOnGpu(from, *n);
-      if (auto e = buildStreamSchedule(p, o)) return e;
-      auto pred = plan::predictStep(p, o.profile);
-      if (!pred) return pred.takeError();
-      if (from == 0 || pred->stepSeconds < bestSeconds * 0.995) bestFrom = from, best = *n, bestSeconds = pred->stepSeconds;
+      auto t = predicted(from, *n);
+      if (!t) return t.takeError();
+      // A run must predict a step kGain shorter than the best so far: the
+      // 2.8B bench measured embed alone 5% slower (1.002 vs 0.955 s, H200,
+      // 2026-12-05) where the model predicted it 0.9% faster.
+      if (*t < bestSeconds * (1 - kGain)) bestFrom = from, best = *n, bestSeconds = *t;
     }
   }
   setOnGpu(bestFrom, best);
