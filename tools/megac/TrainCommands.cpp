@@ -68,8 +68,8 @@ static cl::opt<std::string> GpuAdamwUnits(
     "gpu-adamw-units",
     cl::desc("The first N streamed units (in forward order, skipping tied ones) whose AdamW moments come to the GPU "
              "with their weights in the backward and step there, so that the host's AdamW of the units the next "
-             "step needs first does not end the step (0: every streamed unit steps on the CPU; auto: as many as the "
-             "cost model says shorten the step, within the GPU budget)"),
+             "step needs first does not end the step (0: every streamed unit steps on the CPU; auto: the units the "
+             "cost model predicts shorten the step by 3% or more, within the GPU budget; else none)"),
     cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()),
