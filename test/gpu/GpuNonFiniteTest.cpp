@@ -13,3 +13,13 @@ TEST(GpuNonFiniteStep, ANanGradientStopsTheStepBeforeItsUnitsUpdate) {
     return cuda::createCudaTrainer(p, o);
   });
 }
+
+TEST(GpuNonFiniteStep, UnitsSteppedOnTheGpuWhileTheyStreamStopTheSame) {
+  megac::testing::checkNanStopsTheStep(
+      [](const plan::Plan &p) {
+        cuda::CudaOptions o;
+        o.verbose = false;
+        return cuda::createCudaTrainer(p, o);
+      },
+      /*gpuAdamw=*/true);
+}

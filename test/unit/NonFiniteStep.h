@@ -4,8 +4,10 @@
 // units updated before it, and those alone have new weights. The NaN is
 // injected (MEGAC_INJECT_NAN, runtime/train/NonFinite.h) into the llama
 // fixture with its first two units resident (their AdamW on the backend's
-// device), the others streamed. One check for both backends
-// (NonFiniteStepTest.cpp, test/gpu/GpuNonFiniteTest.cpp).
+// device), the others streamed; or (`gpuAdamw`) every unit streamed, the
+// first two stepping on the device (their moments brought in and written
+// back). One check for both backends (NonFiniteStepTest.cpp,
+// test/gpu/GpuNonFiniteTest.cpp).
 #include "FixtureTestUtil.h"
 
 #include <gtest/gtest.h>
@@ -18,12 +20,16 @@ namespace megac::testing {
 
 using TrainerFactory = std::function<llvm::Expected<std::unique_ptr<runtime::Trainer>>(const plan::Plan &)>;
 
-inline void checkNanStopsTheStep(const TrainerFactory &make) {
-  plan::Plan p = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, /*residentUnits=*/2);
+inline void checkNanStopsTheStep(const TrainerFactory &make, bool gpuAdamw = false) {
+  plan::Plan p = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, /*residentUnits=*/gpuAdamw ? 0 : 2, 0,
+                                    /*gpuAdamwUnits=*/gpuAdamw ? 2 : 0);
   ASSERT_EQ(p.units_size(), 4);
-  ASSERT_TRUE(p.units(0).resident() && p.units(1).resident() && !p.units(2).resident());
+  if (gpuAdamw)
+    ASSERT_TRUE(p.units(0).adamw_on_gpu() && p.units(1).adamw_on_gpu() && !p.units(2).adamw_on_gpu());
+  else
+    ASSERT_TRUE(p.units(0).resident() && p.units(1).resident() && !p.units(2).resident());
   Tensor ids = loadRef("llama", "input_ids.pb"), targets = loadRef("llama", "targets.pb");
-  // Backward order: head, layer.1 (streamed), layer.0, embed (resident).
+  // Backward order: head, layer.1 (streamed), layer.0, embed (on the device).
   struct Case {
     const char *unit;
     const char *updated; // the units whose update the step had applied

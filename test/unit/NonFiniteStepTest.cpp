@@ -8,6 +8,11 @@ TEST(NonFiniteStep, ANanGradientStopsTheStepBeforeItsUnitsUpdate) {
   megac::testing::checkNanStopsTheStep([](const plan::Plan &p) { return runtime::Trainer::create(p); });
 }
 
+TEST(NonFiniteStep, UnitsSteppedOnTheDeviceWhileTheyStreamStopTheSame) {
+  megac::testing::checkNanStopsTheStep([](const plan::Plan &p) { return runtime::Trainer::create(p); },
+                                       /*gpuAdamw=*/true);
+}
+
 TEST(NonFiniteStep, TheDirectPathStopsTheSame) {
   runtime::CpuOptions o;
   o.streamSchedule = false;
