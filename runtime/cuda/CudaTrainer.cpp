@@ -1005,15 +1005,19 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
   if (keepGrads) {
     float gradScale = 1.0f;
     if (o.clip() > 0) {
-      // Over the whole host array, split over the threads (the gaps between units' blocks hold zeros).
-      double sq = 0;
+      // Over the whole host array (the gaps between units' blocks hold zeros),
+      // split over the threads; the chunks' sums added in order, so that a
+      // run is repeatable.
+      std::map<int64_t, double> parts;
       std::mutex sumMu;
       cpu::parallelFor(int64_t(stepGrads_.size()), 1, [&](int64_t begin, int64_t end) {
         double part = 0;
         for (int64_t i = begin; i < end; ++i) part += double(stepGrads_[size_t(i)]) * double(stepGrads_[size_t(i)]);
         std::lock_guard<std::mutex> l(sumMu);
-        sq += part;
+        parts[begin] = part;
       });
+      double sq = 0;
+      for (const auto &[begin, part] : parts) sq += part;
       stats.gradNorm = std::sqrt(sq);
       double coef = double(o.clip()) / (stats.gradNorm + 1e-6);
       if (coef < 1.0) gradScale = float(coef);
