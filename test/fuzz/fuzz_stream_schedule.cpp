@@ -2,7 +2,8 @@
 // micro-batch) put in place of the llama fixture's own in its compiled plan,
 // then the plan checker and one training step of the CPU stream executor
 // (runtime/stream/StreamExecutor.h) under the input's own seed, every read
-// checked, whether the checker accepts the schedule or not. The templates
+// checked, whether the checker accepts the schedule or not (its first two
+// units step on the GPU while they stream). The templates
 // stay the compiled ones, so what is fuzzed is the schedule's handling: the
 // executor must answer any schedule with a step or an error, never a crash,
 // an out-of-bounds access or a hang. Seeds: the fixture's schedule and its
@@ -32,7 +33,8 @@ const Fixture &fixture() {
     io.seq = 16;
     codegen::CodegenOptions co;
     co.compute = "fp32";
-    co.schedule.residentUnits = 0; // every unit streams (the seeds: make_seeds.py)
+    co.schedule.residentUnits = 0; // every unit streams (the seeds: make_seeds.py),
+    co.schedule.gpuAdamwUnits = 2; // embed and layer.0 stepped on the GPU: FETCH_MOMENTS, WRITEBACK
     auto p = driver::compileForTraining(std::string(MEGAC_SOURCE_DIR) + "/test/data/llama/model.onnx", io, {}, co);
     if (!p) {
       std::fprintf(stderr, "fuzz_stream_schedule: %s\n", llvm::toString(p.takeError()).c_str());

@@ -119,16 +119,17 @@ def plan_seeds(megac, onnx_dir):
 
 # --- streaming schedules (stream_schedule) ---
 
-SCHEDULE_FLAGS = [  # the target's plan streams every unit and recomputes: only the schedule differs
-    ("llama", ["--resident-units", "0"]),
-    ("llama_slots3", ["--resident-units", "0", "--weight-slots", "3"]),
-    ("llama_slots4", ["--resident-units", "0", "--weight-slots", "4"]),
+SCHEDULE_FLAGS = [  # the target's plan streams every unit, steps embed and layer.0 on the GPU and recomputes:
+    # only the schedule differs
+    ("llama", ["--resident-units", "0", "--gpu-adamw-units", "2"]),
+    ("llama_slots3", ["--resident-units", "0", "--gpu-adamw-units", "2", "--weight-slots", "3"]),
+    ("llama_slots4", ["--resident-units", "0", "--gpu-adamw-units", "2", "--weight-slots", "4"]),
 ]
 
 
 def schedule_seeds(megac, pb, tmp):
-    """The llama fixture's StreamSchedule at batch 2 x seq 16, fp32, every unit streamed (the plan
-    fuzz_stream_schedule builds), with 2, 3 and 4 weight slots."""
+    """The llama fixture's StreamSchedule at batch 2 x seq 16, fp32, every unit streamed, embed and
+    layer.0 stepped on the GPU (the plan fuzz_stream_schedule builds), with 2, 3 and 4 weight slots."""
     out = fresh(os.path.join(CORPUS, "schedule"))
     for name, flags in SCHEDULE_FLAGS:
         p = os.path.join(tmp, name + ".plan")
