@@ -477,7 +477,7 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
       llvm::outs() << "; " << residentUnits << (residentUnits == 1 ? " unit" : " units") << " resident, "
                    << llvm::format("%.2f", double(residentBytes) / (1ull << 30)) << " GiB";
     int onGpu = 0;
-    for (const plan::Unit &u : plan_.units()) onGpu += u.adamw_on_gpu() && !u.resident();
+    for (const plan::Unit &u : plan_.units()) onGpu += plan::adamwOnGpu(u);
     if (onGpu) llvm::outs() << "; " << onGpu << " streamed " << (onGpu == 1 ? "unit steps" : "units step") << " on the GPU";
     llvm::outs() << "), compute " << computeModeName(gpu_.mode) << "\n";
   }
@@ -687,7 +687,7 @@ llvm::Error CudaTrainer::gpuUpdate(int32_t unit, int32_t gradSlot, uint8_t *weig
 llvm::Error CudaTrainer::moveSlotState(const plan::StreamAction &a, bool toDevice) {
   const int u = a.unit();
   const plan::Unit &unit = plan_.units(u);
-  if (!unit.adamw_on_gpu() || unit.resident())
+  if (!plan::adamwOnGpu(unit))
     return err("unit '" + unit.name() + "': the plan moves its AdamW moments, but its AdamW does not run on the GPU");
   const plan::WeightLayout &lay = layouts_[size_t(u)];
   const plan::MomentLayout ml = plan::momentLayout(plan_, u);

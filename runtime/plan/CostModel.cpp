@@ -292,12 +292,10 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     switch (a.kind()) {
     case StreamAction::PREFETCH:
     case StreamAction::OFFLOAD:
-    case StreamAction::FETCH_MOMENTS: // m and v
-    case StreamAction::WRITEBACK:     // weights, m and v
+    case StreamAction::FETCH_MOMENTS:
+    case StreamAction::WRITEBACK:
       w.transfer = true;
-      t.transferBytes = unitWeightBytes[size_t(unit)] * (a.kind() == StreamAction::FETCH_MOMENTS ? 2
-                                                          : a.kind() == StreamAction::WRITEBACK   ? 3
-                                                                                                  : 1);
+      t.transferBytes = unitWeightBytes[size_t(unit)] * transferCopies(a.kind());
       w.amount = double(t.transferBytes);
       (a.stream() == StreamAction::H2D ? out.h2dBytes : out.d2hBytes) += t.transferBytes;
       break;

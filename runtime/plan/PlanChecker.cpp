@@ -141,7 +141,7 @@ private:
   std::vector<int> fwdAt_, bwdAt_, offAt_, updAt_;     // unit -> action index
   std::vector<int> fetchAt_, wbAt_;                    // unit -> its FETCH_MOMENTS, WRITEBACK (adamw_on_gpu units)
   bool moments_ = false;                               // the schedule has moment slots (anyAdamwOnGpu)
-  bool onGpu(int u) const { return p_.units(u).adamw_on_gpu() && !p_.units(u).resident(); }
+  bool onGpu(int u) const { return adamwOnGpu(p_.units(u)); }
 
   std::string unitName(int u) const { return "'" + p_.units(u).name() + "'"; }
   std::string actionText(int i) const {

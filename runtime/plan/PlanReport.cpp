@@ -115,11 +115,7 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   r.bytesPerParameter = m.parameters > 0 ? double(r.hostBytes) / double(m.parameters) : 0;
 
   for (const StreamAction &a : s.actions()) {
-    // Weights in, gradients out; an adamw_on_gpu unit's moments in, and its weights and moments out.
-    const int64_t copies = a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::OFFLOAD ? 1
-                           : a.kind() == StreamAction::FETCH_MOMENTS                                ? 2
-                           : a.kind() == StreamAction::WRITEBACK                                    ? 3
-                                                                                                    : 0;
+    const int64_t copies = transferCopies(a.kind());
     if (copies == 0) continue;
     if (a.unit() < 0 || a.unit() >= p.units_size())
       return err("schedule action refers to unit " + llvm::Twine(a.unit()) + ", which does not exist");
@@ -166,7 +162,7 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
     ur.weightBytes = 4 * ur.parameters; // fp32 on the host
     ur.keepsActivations = u.keep_activations();
     ur.resident = u.resident();
-    ur.adamwOnGpu = u.adamw_on_gpu() && !u.resident();
+    ur.adamwOnGpu = adamwOnGpu(u);
     if (ur.keepsActivations && hasKeepPrograms(p.templates(u.template_id())))
       ur.savedBytes = savedLayout(p.templates(u.template_id())).bytes;
     ++r.templates[size_t(u.template_id())].units;

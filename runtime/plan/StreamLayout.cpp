@@ -246,14 +246,14 @@ int64_t workspaceBudgetBytes(const Plan &p) {
 
 bool anyAdamwOnGpu(const Plan &p) {
   for (const Unit &u : p.units())
-    if (u.adamw_on_gpu() && !u.resident()) return true;
+    if (adamwOnGpu(u)) return true;
   return false;
 }
 
 int64_t momentSlotBytes(const Plan &p) {
   int64_t most = 0;
   for (int u = 0; u < p.units_size(); ++u)
-    if (p.units(u).adamw_on_gpu() && !p.units(u).resident()) most = std::max(most, momentLayout(p, u).bytes);
+    if (adamwOnGpu(p.units(u))) most = std::max(most, momentLayout(p, u).bytes);
   return most;
 }
 
@@ -298,6 +298,16 @@ const char *actionKindName(StreamAction::Kind k) {
   case StreamAction::FETCH_MOMENTS: return "FETCH_MOMENTS";
   case StreamAction::WRITEBACK: return "WRITEBACK";
   default: return "UNKNOWN_ACTION";
+  }
+}
+
+int transferCopies(StreamAction::Kind k) {
+  switch (k) {
+  case StreamAction::PREFETCH:
+  case StreamAction::OFFLOAD: return 1;
+  case StreamAction::FETCH_MOMENTS: return 2;
+  case StreamAction::WRITEBACK: return 3;
+  default: return 0;
   }
 }
 

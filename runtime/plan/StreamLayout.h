@@ -52,7 +52,10 @@ inline MomentLayout momentLayout(const Plan &p, int unitIndex) {
   const int64_t b = unitWeightLayout(p, unitIndex).bytes;
   return {0, b, 2 * b};
 }
-// Whether any unit's AdamW runs on the GPU while it streams (the schedule then has moment slots and m events).
+// Whether the unit streams and its AdamW runs on the GPU (Unit.adamw_on_gpu;
+// a resident unit's runs there anyway, from its RESIDENT region).
+inline bool adamwOnGpu(const Unit &u) { return u.adamw_on_gpu() && !u.resident(); }
+// Whether any unit's does (the schedule then has moment slots and m events).
 bool anyAdamwOnGpu(const Plan &p);
 // Each MOMENT_SLOT's bytes: the largest momentLayout of those units (0 if none).
 int64_t momentSlotBytes(const Plan &p);
@@ -166,6 +169,10 @@ bool parseSlotEventName(llvm::StringRef name, char &slotKind, int &slot, bool &r
 
 const char *regionKindName(DeviceRegion::Kind k);
 const char *actionKindName(StreamAction::Kind k);
+// The unit weight layouts an action copies over PCIe: PREFETCH its weights
+// and OFFLOAD its gradients 1, FETCH_MOMENTS m and v 2, WRITEBACK weights, m
+// and v 3; 0 for the actions that copy nothing.
+int transferCopies(StreamAction::Kind k);
 const char *streamName(StreamAction::Stream s);
 
 } // namespace megac::plan

@@ -69,7 +69,7 @@ private:
   llvm::Error fetchMoments(int i, const plan::StreamAction &a);
   llvm::Error updateInSlots(int i, const plan::StreamAction &a);
   llvm::Error writeback(int i, const plan::StreamAction &a);
-  bool onGpu(int u) const { return plan_.units(u).adamw_on_gpu() && !plan_.units(u).resident(); }
+  bool onGpu(int u) const { return plan::adamwOnGpu(plan_.units(u)); }
 
   std::string actionText(int i) const;
   llvm::Expected<uint8_t *> region(plan::DeviceRegion::Kind kind, int index, int64_t atLeast, int64_t *offset = nullptr);
