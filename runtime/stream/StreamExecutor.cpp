@@ -63,11 +63,14 @@ private:
   llvm::Error compute(int i, const plan::StreamAction &a);
   llvm::Error offload(int i, const plan::StreamAction &a);
   llvm::Error update(int i, const plan::StreamAction &a);
-  llvm::Error updateFrom(int i, int unit, const uint8_t *gradBase, bool poisoned);
-  // An adamw_on_gpu unit's moments in, its AdamW in the slots, and all three back out.
+  // A unit's weights and moments in the simulated device memory, each in its slot layout.
+  struct DeviceAdamw {
+    uint8_t *weights, *m, *v;
+  };
+  llvm::Error updateFrom(int unit, const uint8_t *gradBase, bool poisoned, const DeviceAdamw *dev);
+  // An adamw_on_gpu unit's moments in and, after its UPDATE, all three back out.
   llvm::Error checkMomentAction(int i, const plan::StreamAction &a) const;
   llvm::Error fetchMoments(int i, const plan::StreamAction &a);
-  llvm::Error updateInSlots(int i, const plan::StreamAction &a);
   llvm::Error writeback(int i, const plan::StreamAction &a);
   bool onGpu(int u) const { return plan::adamwOnGpu(plan_.units(u)); }
 
@@ -119,7 +122,7 @@ private:
   std::string firstBad_;
   std::vector<bool> slotVerdict_, stagingVerdict_;
   std::vector<int> bwdPos_;     // unit -> position of its BACKWARD in the schedule
-  std::vector<std::pair<double, double>> times_, lastTimes_; // this pass's actions; the last backward pass's
+  std::vector<std::pair<double, double>> lastTimes_; // each action's host time in the last backward pass
   std::vector<bool> updated_;   // per unit: its AdamW ran this micro-batch
 };
 
@@ -538,62 +541,86 @@ llvm::Error StreamExecutor::offload(int i, const plan::StreamAction &a) {
   return llvm::Error::success();
 }
 
-// The host's AdamW over one unit's gradients, as the direct CPU path applies it.
-llvm::Error StreamExecutor::updateFrom(int i, int u, const uint8_t *base, bool poisoned) {
+// One unit's AdamW from its gradients at `base` (in its slot layout), as the
+// direct CPU path applies it: on the host arrays, or (`dev`) on the unit's
+// weights and moments in the simulated device memory; with the step's
+// gradients kept (grads_), added to them instead. Nothing where `poisoned`.
+llvm::Error StreamExecutor::updateFrom(int u, const uint8_t *base, bool poisoned, const DeviceAdamw *dev) {
   const plan::Unit &unit = plan_.units(u);
   const plan::WeightLayout &lay = layouts_[size_t(u)];
   if (poisoned) return llvm::Error::success(); // this unit or one before it held NaN/Inf: no update
-  uint8_t *res = nullptr;
-  plan::ResidentLayout rl;
-  int64_t resOff = 0;
-  if (unit.resident() && !grads_) {
-    rl = plan::residentLayout(plan_, u);
-    auto r = region(plan::DeviceRegion::RESIDENT, u, rl.bytes, &resOff);
-    if (!r) return r.takeError();
-    res = *r;
-  }
   for (int k = 0; k < unit.parameters_size(); ++k) {
     const int32_t pid = unit.parameters(k);
     const plan::Parameter &p = plan_.parameters(pid);
-    const float *g = reinterpret_cast<const float *>(base + lay.offsets[size_t(k)]);
+    const int64_t o = lay.offsets[size_t(k)];
+    const float *g = reinterpret_cast<const float *>(base + o);
     if (grads_) {
       float *dst = grads_->data() + p.host_offset();
       for (int64_t x = 0; x < p.numel(); ++x) dst[x] += g[x];
       continue;
     }
-    if (res) { // a resident unit's AdamW, on its weights and moments in the RESIDENT region
-      const int64_t o = lay.offsets[size_t(k)];
-      updateParamAt(pid, reinterpret_cast<float *>(res + rl.weights + o), g, reinterpret_cast<float *>(res + rl.m + o),
-                    reinterpret_cast<float *>(res + rl.v + o), lr_, 1.0f);
+    if (dev) {
+      updateParamAt(pid, reinterpret_cast<float *>(dev->weights + o), g, reinterpret_cast<float *>(dev->m + o),
+                    reinterpret_cast<float *>(dev->v + o), lr_, 1.0f);
       continue;
     }
     updateOrAccumulate(pid, g, lr_, pending_, partial_);
-  }
-  if (res) {
-    resident_[size_t(u)] = fill(i, u, resOff, rl.bytes, shadow_, "the weights and moments of resident unit '" + unit.name() + "'");
-    resident_[size_t(u)].pass = -2;
-    deviceNewer_ = true;
   }
   if (!grads_) updated_[size_t(u)] = true;
   return llvm::Error::success();
 }
 
+// A streamed unit's UPDATE: the host's AdamW from its staging slot. A
+// resident unit's, or an adamw_on_gpu one's: on the compute stream from its
+// grad slot, into its RESIDENT region, or its weight slot and MOMENT_SLOT.
 llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
   const int u = a.unit(), g = a.grad_slot();
+  const plan::Unit &unit = plan_.units(u);
   if (g < 0 || g >= s_->grad_slots()) return err("schedule: " + actionText(i) + " names no grad slot");
   const plan::WeightLayout &lay = layouts_[size_t(u)];
-  if (plan_.units(u).resident()) { // on the compute stream, from the grad slot
-    if (a.stream() == plan::StreamAction::CPU) return err("schedule: " + actionText(i) + ": a resident unit's UPDATE runs on the compute stream");
-    int64_t off = 0;
-    auto slot = region(plan::DeviceRegion::GRAD_SLOT, g, lay.bytes, &off);
-    if (!slot) return slot.takeError();
-    if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, off, lay.bytes, shadow_)) return e;
-    return updateFrom(i, u, *slot, poison_ && !plan_.optimizer().no_finite_check());
+  if (!unit.resident() && !onGpu(u)) {
+    if (a.stream() != plan::StreamAction::CPU) return err("schedule: " + actionText(i) + ": a streamed unit's UPDATE runs on the CPU");
+    const int64_t off = int64_t(g) * s_->grad_slot_bytes();
+    if (auto e = expect(i, stagingSlot_[size_t(g)], "staging slot " + std::to_string(g), u, off, lay.bytes, stagingShadow_)) return e;
+    return updateFrom(u, staging_.data() + off, stagingVerdict_[size_t(g)], nullptr);
   }
-  if (a.stream() != plan::StreamAction::CPU) return err("schedule: " + actionText(i) + ": a streamed unit's UPDATE runs on the CPU");
-  const int64_t off = int64_t(g) * s_->grad_slot_bytes();
-  if (auto e = expect(i, stagingSlot_[size_t(g)], "staging slot " + std::to_string(g), u, off, lay.bytes, stagingShadow_)) return e;
-  return updateFrom(i, u, staging_.data() + off, stagingVerdict_[size_t(g)]);
+  if (a.stream() != plan::StreamAction::COMPUTE)
+    return err("schedule: " + actionText(i) + ": the unit's AdamW runs on the GPU, on the compute stream");
+  int64_t gOff = 0;
+  auto gs = region(plan::DeviceRegion::GRAD_SLOT, g, lay.bytes, &gOff);
+  if (!gs) return gs.takeError();
+  if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, gOff, lay.bytes, shadow_)) return e;
+  const bool poisoned = poison_ && !plan_.optimizer().no_finite_check();
+  if (unit.resident()) {
+    const plan::ResidentLayout rl = plan::residentLayout(plan_, u);
+    int64_t resOff = 0;
+    auto r = region(plan::DeviceRegion::RESIDENT, u, rl.bytes, &resOff);
+    if (!r) return r.takeError();
+    const DeviceAdamw dev{*r + rl.weights, *r + rl.m, *r + rl.v};
+    if (auto e = updateFrom(u, *gs, poisoned, &dev)) return e;
+    if (!poisoned && !grads_) {
+      resident_[size_t(u)] = fill(i, u, resOff, rl.bytes, shadow_, "the weights and moments of resident unit '" + unit.name() + "'");
+      resident_[size_t(u)].pass = -2;
+      deviceNewer_ = true;
+    }
+    return llvm::Error::success();
+  }
+  const int k = a.weight_slot();
+  if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
+  const plan::MomentLayout ml = plan::momentLayout(plan_, u);
+  int64_t wOff = 0, mOff = 0;
+  auto ws = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &wOff);
+  if (!ws) return ws.takeError();
+  auto ms = region(plan::DeviceRegion::MOMENT_SLOT, k, ml.bytes, &mOff);
+  if (!ms) return ms.takeError();
+  if (auto e = expect(i, weightSlot_[size_t(k)], "weight slot " + std::to_string(k), u, wOff, lay.bytes, shadow_)) return e;
+  if (auto e = expect(i, momentSlot_[size_t(k)], "moment slot " + std::to_string(k), u, mOff, ml.bytes, shadow_)) return e;
+  const DeviceAdamw dev{*ws, *ms + ml.m, *ms + ml.v};
+  if (auto e = updateFrom(u, *gs, poisoned, &dev)) return e;
+  // The slots now hold what this UPDATE left (stepped, or as they were), which WRITEBACK checks for.
+  weightSlot_[size_t(k)] = fill(i, u, wOff, lay.bytes, shadow_, "weight slot " + std::to_string(k) + " (unit '" + unit.name() + "', stepped)");
+  momentSlot_[size_t(k)] = fill(i, u, mOff, ml.bytes, shadow_, "moment slot " + std::to_string(k) + " (unit '" + unit.name() + "', stepped)");
+  return llvm::Error::success();
 }
 
 // FETCH_MOMENTS and WRITEBACK: of an adamw_on_gpu unit, on its weight slot.
@@ -619,47 +646,6 @@ llvm::Error StreamExecutor::fetchMoments(int i, const plan::StreamAction &a) {
       std::memcpy(*slot + at + lay.offsets[size_t(j)], host->data() + p.host_offset(), size_t(p.numel()) * 4);
     }
   momentSlot_[size_t(k)] = fill(i, u, off, ml.bytes, shadow_, "moment slot " + std::to_string(k) + " (unit '" + unit.name() + "')");
-  return llvm::Error::success();
-}
-
-// AdamW on the GPU for a unit that streams: the grad slot's gradients step
-// the weights in its weight slot and the moments in its moment slot.
-llvm::Error StreamExecutor::updateInSlots(int i, const plan::StreamAction &a) {
-  const int u = a.unit(), k = a.weight_slot(), g = a.grad_slot();
-  const plan::Unit &unit = plan_.units(u);
-  if (a.stream() != plan::StreamAction::COMPUTE) return err("schedule: " + actionText(i) + ": the unit's AdamW runs on the compute stream");
-  if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
-  const plan::WeightLayout &lay = layouts_[size_t(u)];
-  const plan::MomentLayout ml = plan::momentLayout(plan_, u);
-  int64_t gOff = 0, wOff = 0, mOff = 0;
-  auto gs = region(plan::DeviceRegion::GRAD_SLOT, g, lay.bytes, &gOff);
-  if (!gs) return gs.takeError();
-  auto ws = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &wOff);
-  if (!ws) return ws.takeError();
-  auto ms = region(plan::DeviceRegion::MOMENT_SLOT, k, ml.bytes, &mOff);
-  if (!ms) return ms.takeError();
-  if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, gOff, lay.bytes, shadow_)) return e;
-  if (auto e = expect(i, weightSlot_[size_t(k)], "weight slot " + std::to_string(k), u, wOff, lay.bytes, shadow_)) return e;
-  if (auto e = expect(i, momentSlot_[size_t(k)], "moment slot " + std::to_string(k), u, mOff, ml.bytes, shadow_)) return e;
-  const bool poisoned = poison_ && !plan_.optimizer().no_finite_check();
-  if (!poisoned) {
-    for (int j = 0; j < unit.parameters_size(); ++j) {
-      const int32_t pid = unit.parameters(j);
-      const plan::Parameter &p = plan_.parameters(pid);
-      const int64_t o = lay.offsets[size_t(j)];
-      const float *grad = reinterpret_cast<const float *>(*gs + o);
-      if (grads_) { // the step keeps its gradients: added on the host, the slots left as they are
-        float *dst = grads_->data() + p.host_offset();
-        for (int64_t x = 0; x < p.numel(); ++x) dst[x] += grad[x];
-        continue;
-      }
-      updateParamAt(pid, reinterpret_cast<float *>(*ws + o), grad, reinterpret_cast<float *>(*ms + ml.m + o),
-                    reinterpret_cast<float *>(*ms + ml.v + o), lr_, 1.0f);
-    }
-    if (!grads_) updated_[size_t(u)] = true;
-  }
-  weightSlot_[size_t(k)] = fill(i, u, wOff, lay.bytes, shadow_, "weight slot " + std::to_string(k) + " (unit '" + unit.name() + "', stepped)");
-  momentSlot_[size_t(k)] = fill(i, u, mOff, ml.bytes, shadow_, "moment slot " + std::to_string(k) + " (unit '" + unit.name() + "', stepped)");
   return llvm::Error::success();
 }
 
@@ -699,7 +685,7 @@ llvm::Error StreamExecutor::execute(int i) {
   case plan::StreamAction::FORWARD:
   case plan::StreamAction::BACKWARD: return compute(i, a);
   case plan::StreamAction::OFFLOAD: return offload(i, a);
-  case plan::StreamAction::UPDATE: return onGpu(a.unit()) ? updateInSlots(i, a) : update(i, a);
+  case plan::StreamAction::UPDATE: return update(i, a);
   case plan::StreamAction::FETCH_MOMENTS: return fetchMoments(i, a);
   case plan::StreamAction::WRITEBACK: return writeback(i, a);
   default: return err("schedule: action " + llvm::Twine(i) + " has an unknown kind");
@@ -749,7 +735,7 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
     if (backward || k == plan::StreamAction::PREFETCH || k == plan::StreamAction::FORWARD) actions.push_back(i);
   }
   runtime::PlanComputeScope compute(plan_, emulateCompute_);
-  times_.assign(size_t(s_->actions_size()), {0.0, 0.0});
+  std::vector<std::pair<double, double>> times(size_t(s_->actions_size()), {0.0, 0.0});
   const auto start = std::chrono::steady_clock::now();
   auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
   // Each micro-batch its own interleaving, the same in every run with this seed.
@@ -757,11 +743,11 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
                                [&](int i) {
                                  const double t0 = since();
                                  llvm::Error r = execute(i);
-                                 times_[size_t(i)] = {t0, since()};
+                                 times[size_t(i)] = {t0, since()};
                                  return r;
                                }))
     return e;
-  if (backward) lastTimes_ = times_;
+  if (backward) lastTimes_ = std::move(times);
   if (poison_) {
     std::vector<int> order;
     for (int u = 0; u < plan_.units_size(); ++u)
