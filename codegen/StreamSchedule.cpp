@@ -108,13 +108,14 @@ public:
     int index = s_.actions_size() - 1;
     gFreeRecorded_[size_t(g)] = true;
 
-    if (onGpu) {
+    if (k < 0 || onGpu) { // AdamW on the GPU, on the compute stream, from grad slot g
       StreamAction *u = add(StreamAction::UPDATE, StreamAction::COMPUTE, unit);
-      u->set_weight_slot(k);
       u->set_grad_slot(g);
       u->add_waits(event('g', g, true));
-      u->add_waits(event('m', k, true));
+      if (onGpu) u->add_waits(event('m', k, true));
       u->add_records(event('g', g, false));
+      if (!onGpu) return index;
+      u->set_weight_slot(k); // into the weight slot and its moment slot, then both go back
       u->add_records(event('m', k, true));
       StreamAction *w = add(StreamAction::WRITEBACK, StreamAction::D2H, unit);
       w->set_weight_slot(k);
@@ -122,14 +123,6 @@ public:
       w->add_records(event('w', k, false));
       w->add_records(event('m', k, false));
       mFreeRecorded_[size_t(k)] = true;
-      return index;
-    }
-
-    if (k < 0) {
-      StreamAction *u = add(StreamAction::UPDATE, StreamAction::COMPUTE, unit);
-      u->set_grad_slot(g);
-      u->add_waits(event('g', g, true));
-      u->add_records(event('g', g, false));
       return index;
     }
     // The host blocks on s<g>.free (a CPU event) before issuing this copy.

@@ -270,6 +270,14 @@ private:
     // the slot and whose WRITEBACK has not been issued yet (-1: none).
     std::vector<int> lastPrefetch(size_t(K_), -1), lastCompute(size_t(K_), -1), awaitingWriteback(size_t(K_), -1);
     std::vector<int> lastFetch(size_t(K_), -1), lastMomentRelease(size_t(K_), -1); // moment slots
+    // A copy into slot k (weight or moment) must come after the WRITEBACK that empties it.
+    auto writtenBack = [&](int i, const char *slot) -> llvm::Error {
+      const int k = s_.actions(i).weight_slot();
+      if (int w = awaitingWriteback[size_t(k)]; w >= 0)
+        return violation("slot reused early", actionText(i) + " overwrites " + slot + " slot " + llvm::Twine(k) +
+                                                  " before the WRITEBACK of " + unitName(w));
+      return llvm::Error::success();
+    };
     std::vector<int> lastBackwardInto(size_t(G_), -1), lastOffload(size_t(G_), -1), lastUpdate(size_t(G_), -1);
     std::vector<int> lastGradRelease(size_t(G_), -1); // the OFFLOAD, or a resident unit's UPDATE, that last read a grad slot
     for (int i = 0; i < s_.actions_size(); ++i) {
@@ -277,8 +285,7 @@ private:
       const int u = a.unit(), k = a.weight_slot(), g = a.grad_slot();
       switch (a.kind()) {
       case StreamAction::PREFETCH:
-        if (int w = awaitingWriteback[size_t(k)]; w >= 0)
-          return violation("slot reused early", actionText(i) + " overwrites weight slot " + llvm::Twine(k) + " before the WRITEBACK of " + unitName(w));
+        if (auto e = writtenBack(i, "weight")) return e;
         if (lastCompute[size_t(k)] >= 0)
           if (auto e = requireWait(i, 'w', k, false, lastCompute[size_t(k)], "slot reused early", "the slot's last reader"))
             return e;
@@ -336,8 +343,7 @@ private:
         break;
       }
       case StreamAction::FETCH_MOMENTS: {
-        if (int w = awaitingWriteback[size_t(k)]; w >= 0)
-          return violation("slot reused early", actionText(i) + " overwrites moment slot " + llvm::Twine(k) + " before the WRITEBACK of " + unitName(w));
+        if (auto e = writtenBack(i, "moment")) return e;
         if (lastMomentRelease[size_t(k)] >= 0)
           if (auto e = requireWait(i, 'm', k, false, lastMomentRelease[size_t(k)], "slot reused early", "the moment slot's last WRITEBACK"))
             return e;
