@@ -2,24 +2,14 @@
 // a NaN in one unit's gradients stops the step before that unit's update,
 // streamed or resident, as on the CPU backend (NonFiniteStep.h).
 #include "../unit/NonFiniteStep.h"
-#include "runtime/cuda/CudaTrainer.h"
+#include "GpuTrainerUtil.h"
 
 using namespace megac;
 
 TEST(GpuNonFiniteStep, ANanGradientStopsTheStepBeforeItsUnitsUpdate) {
-  megac::testing::checkNanStopsTheStep([](const plan::Plan &p) {
-    cuda::CudaOptions o;
-    o.verbose = false;
-    return cuda::createCudaTrainer(p, o);
-  });
+  megac::testing::checkNanStopsTheStep(megac::testing::quietCudaTrainer);
 }
 
 TEST(GpuNonFiniteStep, UnitsSteppedOnTheGpuWhileTheyStreamStopTheSame) {
-  megac::testing::checkNanStopsTheStep(
-      [](const plan::Plan &p) {
-        cuda::CudaOptions o;
-        o.verbose = false;
-        return cuda::createCudaTrainer(p, o);
-      },
-      /*gpuAdamw=*/true);
+  megac::testing::checkNanStopsTheStep(megac::testing::quietCudaTrainer, /*gpuAdamw=*/true);
 }

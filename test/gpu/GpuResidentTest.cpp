@@ -61,9 +61,7 @@ TEST(GpuResident, ResumeContinuesFromTheGpuState) {
   std::string text = std::string(dir) + "/data.txt";
   writeTrainingText(text);
   auto run = [&](int64_t steps, const std::string &ckpt, const std::string &resume, int64_t every = 0) {
-    cuda::CudaOptions o;
-    o.verbose = false;
-    auto t = cuda::createCudaTrainer(p, o);
+    auto t = quietCudaTrainer(p);
     EXPECT_TRUE(bool(t)) << (t ? "" : llvm::toString(t.takeError()));
     std::vector<double> losses = trainOnText(**t, text, steps, ckpt, resume, every);
     return std::make_pair(std::move(*t), losses);

@@ -265,11 +265,5 @@ TEST(GpuTrainFusedAttention, GradientTakesTheRecomputedForwardFromTheStash) {
 // Micro-batches counting different numbers of targets: the CUDA runtime's
 // step weighs them by their counts, as the CPU backend does (TokenWeightedStep.h).
 TEST(GpuTokenWeightedStep, TwoMicroBatchesOfUnequalCountsMatchPyTorch) {
-  megac::testing::checkTokenWeightedStep(
-      [](const plan::Plan &p) {
-        cuda::CudaOptions o;
-        o.verbose = false;
-        return cuda::createCudaTrainer(p, o);
-      },
-      1e-4);
+  megac::testing::checkTokenWeightedStep(megac::testing::quietCudaTrainer, 1e-4);
 }

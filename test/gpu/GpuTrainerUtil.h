@@ -11,10 +11,13 @@ inline std::unique_ptr<runtime::Trainer> cpuTrainer(const plan::Plan &p) {
   return withWeights(runtime::Trainer::create(p), p);
 }
 
-inline std::unique_ptr<runtime::Trainer> gpuTrainer(const plan::Plan &p) {
+// The CUDA runtime without its start-up lines: the factory the shared checks take.
+inline llvm::Expected<std::unique_ptr<runtime::Trainer>> quietCudaTrainer(const plan::Plan &p) {
   cuda::CudaOptions o;
   o.verbose = false;
-  return withWeights(cuda::createCudaTrainer(p, o), p);
+  return cuda::createCudaTrainer(p, o);
 }
+
+inline std::unique_ptr<runtime::Trainer> gpuTrainer(const plan::Plan &p) { return withWeights(quietCudaTrainer(p), p); }
 
 } // namespace megac::testing
