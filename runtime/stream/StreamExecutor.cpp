@@ -80,6 +80,9 @@ private:
   llvm::Error expect(int i, const Fill &f, const std::string &what, int wantUnit, int64_t offset, int64_t bytes,
                      const ShadowMemory &sh);
   void copyResident(bool toDevice);
+  // One host array's slice of unit u (its parameters at their host offsets)
+  // to or from `dev`, where the unit's slot layout starts.
+  void copyUnit(int u, std::vector<float> &host, uint8_t *dev, bool toDevice);
   // An activation's bytes: its DATA or CHECKPOINT region, the fill that wrote it.
   llvm::Expected<Tensor> activationView(int i, int32_t act, bool checkFilled);
   Tensor viewOf(uint8_t *at, const plan::TensorType &t) const {
@@ -279,6 +282,17 @@ private:
   std::string program_;
 };
 
+void StreamExecutor::copyUnit(int u, std::vector<float> &host, uint8_t *dev, bool toDevice) {
+  const plan::Unit &unit = plan_.units(u);
+  for (int k = 0; k < unit.parameters_size(); ++k) {
+    const plan::Parameter &p = plan_.parameters(unit.parameters(k));
+    uint8_t *d = dev + layouts_[size_t(u)].offsets[size_t(k)];
+    float *h = host.data() + p.host_offset();
+    if (toDevice) std::memcpy(d, h, size_t(p.numel()) * 4);
+    else std::memcpy(h, d, size_t(p.numel()) * 4);
+  }
+}
+
 void StreamExecutor::copyResident(bool toDevice) {
   for (int u = 0; u < plan_.units_size(); ++u) {
     if (!plan_.units(u).resident()) continue;
@@ -292,13 +306,7 @@ void StreamExecutor::copyResident(bool toDevice) {
     for (auto [at, host] : {std::pair<int64_t, std::vector<float> *>{rl.weights, &state_.params},
                             {rl.m, &state_.m},
                             {rl.v, &state_.v}})
-      for (int k = 0; k < unit.parameters_size(); ++k) {
-        const plan::Parameter &p = plan_.parameters(unit.parameters(k));
-        uint8_t *dev = *base + at + layouts_[size_t(u)].offsets[size_t(k)];
-        float *h = host->data() + p.host_offset();
-        if (toDevice) std::memcpy(dev, h, size_t(p.numel()) * 4);
-        else std::memcpy(h, dev, size_t(p.numel()) * 4);
-      }
+      copyUnit(u, *host, *base + at, toDevice);
     if (toDevice) {
       resident_[size_t(u)] = fill(-1, u, off, rl.bytes, shadow_, "the weights and moments of resident unit '" + unit.name() + "'");
       resident_[size_t(u)].pass = -2; // valid in every micro-batch until an UPDATE rewrites it
@@ -337,10 +345,7 @@ llvm::Error StreamExecutor::prefetch(int i, const plan::StreamAction &a) {
   int64_t off = 0;
   auto slot = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &off);
   if (!slot) return slot.takeError();
-  for (int j = 0; j < unit.parameters_size(); ++j) {
-    const plan::Parameter &p = plan_.parameters(unit.parameters(j));
-    std::memcpy(*slot + lay.offsets[size_t(j)], state_.params.data() + p.host_offset(), size_t(p.numel()) * 4);
-  }
+  copyUnit(u, state_.params, *slot, /*toDevice=*/true);
   weightSlot_[size_t(k)] = fill(i, u, off, lay.bytes, shadow_, "weight slot " + std::to_string(k) + " (unit '" + unit.name() + "')");
   return llvm::Error::success();
 }
@@ -635,16 +640,12 @@ llvm::Error StreamExecutor::fetchMoments(int i, const plan::StreamAction &a) {
   if (auto e = checkMomentAction(i, a)) return e;
   const int u = a.unit(), k = a.weight_slot();
   const plan::Unit &unit = plan_.units(u);
-  const plan::WeightLayout &lay = layouts_[size_t(u)];
   const plan::MomentLayout ml = plan::momentLayout(plan_, u);
   int64_t off = 0;
   auto slot = region(plan::DeviceRegion::MOMENT_SLOT, k, ml.bytes, &off);
   if (!slot) return slot.takeError();
-  for (auto [at, host] : {std::pair<int64_t, const std::vector<float> *>{ml.m, &state_.m}, {ml.v, &state_.v}})
-    for (int j = 0; j < unit.parameters_size(); ++j) {
-      const plan::Parameter &p = plan_.parameters(unit.parameters(j));
-      std::memcpy(*slot + at + lay.offsets[size_t(j)], host->data() + p.host_offset(), size_t(p.numel()) * 4);
-    }
+  copyUnit(u, state_.m, *slot + ml.m, /*toDevice=*/true);
+  copyUnit(u, state_.v, *slot + ml.v, /*toDevice=*/true);
   momentSlot_[size_t(k)] = fill(i, u, off, ml.bytes, shadow_, "moment slot " + std::to_string(k) + " (unit '" + unit.name() + "')");
   return llvm::Error::success();
 }
@@ -652,7 +653,6 @@ llvm::Error StreamExecutor::fetchMoments(int i, const plan::StreamAction &a) {
 llvm::Error StreamExecutor::writeback(int i, const plan::StreamAction &a) {
   if (auto e = checkMomentAction(i, a)) return e;
   const int u = a.unit(), k = a.weight_slot();
-  const plan::Unit &unit = plan_.units(u);
   const plan::WeightLayout &lay = layouts_[size_t(u)];
   const plan::MomentLayout ml = plan::momentLayout(plan_, u);
   int64_t wOff = 0, mOff = 0;
@@ -668,13 +668,9 @@ llvm::Error StreamExecutor::writeback(int i, const plan::StreamAction &a) {
       return err("schedule: " + actionText(i) + " writes back " + what + std::to_string(k) + " before the unit's UPDATE stepped it (it holds what " +
                  (f->action >= 0 ? actionText(f->action) : std::string("the runtime")) + " wrote)");
   }
-  for (auto [src, host] : {std::pair<const uint8_t *, std::vector<float> *>{*ws, &state_.params},
-                           {*ms + ml.m, &state_.m},
-                           {*ms + ml.v, &state_.v}})
-    for (int j = 0; j < unit.parameters_size(); ++j) {
-      const plan::Parameter &p = plan_.parameters(unit.parameters(j));
-      std::memcpy(host->data() + p.host_offset(), src + lay.offsets[size_t(j)], size_t(p.numel()) * 4);
-    }
+  copyUnit(u, state_.params, *ws, /*toDevice=*/false);
+  copyUnit(u, state_.m, *ms + ml.m, /*toDevice=*/false);
+  copyUnit(u, state_.v, *ms + ml.v, /*toDevice=*/false);
   return llvm::Error::success();
 }
 
