@@ -323,7 +323,9 @@ static void printPlanSummary(const plan::Plan &p, llvm::raw_ostream &os) {
 
 int runCompile() {
   if (PlanOut.empty()) return reportError(flagError("compile needs -o model.plan"));
-  auto plan = compileModel();
+  auto in = compileInputs();
+  if (!in) return reportError(in.takeError());
+  auto plan = driver::compileForTraining(Model, in->flags.import, in->flags.passes, in->co);
   if (!plan) return reportError(plan.takeError());
   if (auto e = plan::writePlan(*plan, PlanOut)) return reportError(std::move(e));
   printPlanSummary(*plan, llvm::outs());
@@ -333,8 +335,6 @@ int runCompile() {
                  << " evaluated by blocks of rows (" << m.entriesEvaluated << " entries)\n";
   }
   if (LongestSeqFlag) {
-    auto in = compileInputs();
-    if (!in) return reportError(in.takeError());
     auto l = driver::longestSeqAtBatch1(Model, in->flags.import, in->flags.passes, in->co);
     if (!l) return reportError(l.takeError());
     const double gib = double(int64_t(1) << 30);
