@@ -130,7 +130,7 @@ private:
       if (!s) return std::nullopt;
       in.push_back(*s);
     }
-    if (t == "Trilu") return trilu(op, v, in);
+    if (t == "Trilu") return trilu(op, in);
     // Affine arithmetic keeps the form.
     const bool allAffine = std::all_of(in.begin(), in.end(), [](const Sym &s) { return s.affine; });
     const bool anyVarying = std::any_of(in.begin(), in.end(), [](const Sym &s) { return !s.isConstant(); });
@@ -214,7 +214,7 @@ private:
   }
 
   // Trilu of a step function: the entries with d >= k (upper) or d <= k (lower) kept, the rest 0.
-  std::optional<Sym> trilu(const Op &op, ValueId, const std::vector<Sym> &in) {
+  std::optional<Sym> trilu(const Op &op, const std::vector<Sym> &in) {
     auto x = in[0].asSteps();
     if (!x) return std::nullopt;
     int64_t k = 0;
