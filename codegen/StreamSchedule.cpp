@@ -19,14 +19,18 @@ namespace {
 
 // Issues the actions in host order and keeps track of what each slot holds
 // and whether its `free` event has been recorded yet this step (a first use
-// waits for nothing: the previous step ended with every action finished).
+// waits for nothing: the previous step ended with every action finished;
+// with overlapping steps, every GPU action, while the host's AdamW may still
+// run: then the first OFFLOAD into a staging slot and the first PREFETCH of
+// a unit wait for the previous step's UPDATEs, plan.proto's overlap_steps).
 class ActionBuilder {
 public:
-  ActionBuilder(plan::StreamSchedule &s, const plan::Plan &p, int weightSlots, int gradSlots)
-      : s_(s), p_(p), K_(weightSlots), G_(gradSlots), inSlot_(size_t(weightSlots), -1),
+  ActionBuilder(plan::StreamSchedule &s, const plan::Plan &p, int weightSlots, int gradSlots, bool overlap)
+      : s_(s), p_(p), K_(weightSlots), G_(gradSlots), overlap_(overlap), inSlot_(size_t(weightSlots), -1),
         wFreeRecorded_(size_t(weightSlots), false), gFreeRecorded_(size_t(gradSlots), false),
         sFreeRecorded_(size_t(gradSlots), false), mFreeRecorded_(size_t(weightSlots), false),
-        slotOf_(size_t(p.units_size()), -1) {
+        slotOf_(size_t(p.units_size()), -1), updated_(size_t(p.units_size()), -1),
+        prefetched_(size_t(p.units_size()), false) {
     std::vector<char> kinds{'w', 'g', 's'};
     if (plan::anyAdamwOnGpu(p)) kinds.push_back('m'); // moment slots, one beside each weight slot
     for (char kind : kinds) {
@@ -37,6 +41,11 @@ public:
     int streamed = 0;
     for (int u = 0; u < p.units_size(); ++u)
       if (!p.units(u).resident()) slotOf_[size_t(u)] = streamed++ % K_;
+    for (int u = 0; overlap_ && u < p.units_size(); ++u)
+      if (plan::steppedOnHost(p.units(u))) {
+        updated_[size_t(u)] = s_.events_size();
+        s_.add_events(plan::unitUpdatedEventName(u));
+      }
   }
 
   // The i-th streamed unit's weight slot is i % K; a resident unit has none.
@@ -60,11 +69,17 @@ public:
   // not updated before).
   // In the backward, an adamw_on_gpu unit's moments follow (FETCH_MOMENTS),
   // whether or not its weights had to come.
+  // With overlapping steps, a unit's first PREFETCH waits for the previous
+  // step's host AdamW of its parameters (of every unit that shares one).
   void prefetch(int unit) {
     int k = weightSlotOf(unit);
     if (inSlot_[size_t(k)] != unit) {
       StreamAction *a = add(StreamAction::PREFETCH, StreamAction::H2D, unit);
       a->set_weight_slot(k);
+      if (!prefetched_[size_t(unit)])
+        for (int v : plan::unitsSharingParameters(p_, unit))
+          if (updated_[size_t(v)] >= 0) a->add_waits(updated_[size_t(v)]);
+      prefetched_[size_t(unit)] = true;
       if (wFreeRecorded_[size_t(k)]) a->add_waits(event('w', k, false));
       a->add_records(event('w', k, true));
       inSlot_[size_t(k)] = unit;
@@ -129,7 +144,7 @@ public:
     StreamAction *o = add(StreamAction::OFFLOAD, StreamAction::D2H, unit);
     o->set_grad_slot(g);
     o->add_waits(event('g', g, true));
-    if (sFreeRecorded_[size_t(g)]) o->add_waits(event('s', g, false));
+    if (sFreeRecorded_[size_t(g)] || overlap_) o->add_waits(event('s', g, false));
     o->add_records(event('g', g, false));
     o->add_records(event('s', g, true));
 
@@ -137,6 +152,7 @@ public:
     u->set_grad_slot(g);
     u->add_waits(event('s', g, true));
     u->add_records(event('s', g, false));
+    if (updated_[size_t(unit)] >= 0) u->add_records(updated_[size_t(unit)]);
     sFreeRecorded_[size_t(g)] = true;
     return index;
   }
@@ -155,9 +171,12 @@ private:
   plan::StreamSchedule &s_;
   const plan::Plan &p_;
   int K_, G_;
+  bool overlap_;
   std::vector<int> inSlot_; // per weight slot: the unit whose weights it holds, -1 none yet
   std::vector<bool> wFreeRecorded_, gFreeRecorded_, sFreeRecorded_, mFreeRecorded_;
   std::vector<int> slotOf_;
+  std::vector<int> updated_;       // per unit: its "u<unit>.updated" event, -1 none
+  std::vector<bool> prefetched_;   // per unit: a PREFETCH of it was issued this step
 };
 
 void addRegion(plan::StreamSchedule &s, DeviceRegion::Kind kind, int index, int64_t bytes, int first, int last) {
@@ -185,11 +204,15 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   s.set_weight_slots(K);
   s.set_grad_slots(G);
   s.set_gpu_budget_bytes(o.gpuBudgetBytes);
+  // A step that keeps its gradients (--clip, --grad-accum) runs the host's
+  // AdamW after its last micro-batch: nothing to overlap.
+  const bool overlap = o.overlapSteps && p.optimizer().clip() <= 0 && p.optimizer().grad_accum() <= 1;
+  s.set_overlap_steps(overlap);
 
   // Actions. PREFETCH of streamed unit i+K-1 is issued before the FORWARD of
   // streamed unit i, so the H2D stream runs K-1 units ahead of compute; the
   // backward (units in reverse) the same. Resident units need no PREFETCH.
-  ActionBuilder ab(s, p, K, G);
+  ActionBuilder ab(s, p, K, G, overlap);
   std::vector<int> fwdAt(static_cast<size_t>(N)), bwdAt(static_cast<size_t>(N));
   auto issue = [&](const std::vector<int> &order, auto &&compute) {
     std::vector<int> streamed;

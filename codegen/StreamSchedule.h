@@ -23,6 +23,9 @@ struct ScheduleOptions {
   int residentUnits = 0;                 // --resident-units: units kept on the GPU, the first ones (-1: auto; codegen/ResidentPolicy.h)
   int gpuAdamwUnits = 0;                 // --gpu-adamw-units: streamed units stepped on the GPU, the first ones (-1: auto; codegen/GpuAdamwPolicy.h)
   plan::MachineProfile profile;          // the rates the recompute policy weighs units by (--profile)
+  // --overlap-steps: the host's AdamW of a step runs on beside the next
+  // step's forward (plan.proto's StreamSchedule.overlap_steps).
+  bool overlapSteps = true;
 };
 
 // Fills plan.schedule from the units' resident and keep_activations choices.

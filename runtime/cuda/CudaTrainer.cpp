@@ -73,6 +73,9 @@ struct UpdateJob {
   std::vector<cudaEvent_t> gpuWaits;
   std::vector<int32_t> records; // CPU events
   float lr = 0;
+  int64_t step = 0; // AdamW's step: the job may run on beside the next step (overlapping steps)
+  int64_t pass = 0; // the micro-batch that issued it
+  std::chrono::steady_clock::time_point passStart; // its start (the job's measured times)
   std::vector<float> *grads = nullptr; // --clip/--grad-accum: accumulate instead of updating
 };
 
@@ -92,7 +95,8 @@ public:
   void report(llvm::raw_ostream &os) const override {
     if (timer_) timer_->print(os, timedSteps_);
   }
-  std::vector<std::pair<double, double>> lastActionTimes() const override { return actionTimes_; }
+  // With overlapping steps, the last step's host AdamW ends first.
+  std::vector<std::pair<double, double>> lastActionTimes() override;
 
 protected:
   void syncHostState(bool callerWrites) override;
@@ -167,7 +171,11 @@ private:
   std::vector<cudaEvent_t> timing_; // start/end per action
   cudaEvent_t passStart_ = nullptr; // recorded as a micro-batch's actions start (the compute stream idle)
   std::chrono::steady_clock::time_point passStartHost_;
-  std::vector<std::pair<double, double>> actionTimes_, cpuTimes_; // the last backward micro-batch's (lastActionTimes)
+  std::vector<std::pair<double, double>> actionTimes_; // the last backward micro-batch's (lastActionTimes)
+  // The CPU UPDATEs' times of the micro-batches in flight and the last
+  // backward one's, by micro-batch (a job may end during the next one).
+  std::map<int64_t, std::vector<std::pair<double, double>>> cpuTimes_;
+  int64_t pass_ = 0, lastBackwardPass_ = -1; // micro-batches run; the last with its backward
   std::vector<float> stepGrads_;
   std::vector<bool> gradWritten_; // per activation, this micro-batch
 
@@ -183,7 +191,7 @@ private:
   int64_t jobsQueued_ = 0, jobsDone_ = 0;
   double cpuBusy_ = 0;
   std::string optimizerError_;
-  std::vector<std::string> updatedThisStep_; // streamed units whose host AdamW ran this step
+  std::vector<std::string> updatedThisStep_; // streamed units whose host AdamW ran this micro-batch (pass_)
   std::unique_ptr<OpTimer> timer_; // --op-profile
   int64_t timedSteps_ = 0;
 };
@@ -510,9 +518,10 @@ void CudaTrainer::optimizerLoop() {
     {
       std::lock_guard<std::mutex> l(mu_);
       cpuBusy_ += dt;
-      if (job.action >= 0 && size_t(job.action) < cpuTimes_.size())
-        cpuTimes_[size_t(job.action)] = {std::chrono::duration<double>(t0 - passStartHost_).count(),
-                                         std::chrono::duration<double>(t1 - passStartHost_).count()};
+      auto times = cpuTimes_.find(job.pass);
+      if (times != cpuTimes_.end() && job.action >= 0 && size_t(job.action) < times->second.size())
+        times->second[size_t(job.action)] = {std::chrono::duration<double>(t0 - job.passStart).count(),
+                                             std::chrono::duration<double>(t1 - job.passStart).count()};
       for (int32_t r : job.records) cpuEvents_[size_t(r)].done++;
       ++jobsDone_;
     }
@@ -550,7 +559,7 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
       else
         for (int64_t i = 0; i < p.numel(); ++i) acc[size_t(i)] += g[i];
       if (--pending_[size_t(pid)] > 0) continue;
-      updateParam(pid, acc.data(), job.lr, 1.0f);
+      updateParam(pid, acc.data(), job.lr, 1.0f, job.step);
       acc.clear();
       acc.shrink_to_fit();
     } else {
@@ -560,10 +569,10 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
     }
   }
   if (!segments.empty())
-    runtime::adamwUpdateSegments(segments, state_.step, h, 1.0f, std::max(1, cpu::numThreads() - 1));
+    runtime::adamwUpdateSegments(segments, job.step, h, 1.0f, std::max(1, cpu::numThreads() - 1));
   if (!job.grads) {
     std::lock_guard<std::mutex> l(mu_);
-    updatedThisStep_.push_back(unit.name());
+    if (job.pass == pass_) updatedThisStep_.push_back(unit.name());
   }
 }
 
@@ -584,6 +593,8 @@ llvm::Error CudaTrainer::checkNonFinite() {
   int poison = 0;
   MEGAC_CUDA_TRY(cudaMemcpy(&poison, poisonDev_, 4, cudaMemcpyDeviceToHost));
   if (!poison) return llvm::Error::success();
+  // The units updated before the bad one: every UPDATE of this micro-batch first.
+  if (auto e = drainOptimizer()) return e;
   std::vector<unsigned long long> firstBad(size_t(plan_.units_size()));
   MEGAC_CUDA_TRY(cudaMemcpy(firstBad.data(), firstBadDev_, firstBad.size() * 8, cudaMemcpyDeviceToHost));
   // The first unit in the step's backward order whose gradients held one;
@@ -636,6 +647,9 @@ llvm::Error CudaTrainer::copyResident(bool toDevice) {
 }
 
 void CudaTrainer::syncHostState(bool callerWrites) {
+  // The host arrays are final once the last step's AdamW has run.
+  if (auto e = drainOptimizer())
+    llvm::report_fatal_error(llvm::Twine("megac: the last step's host AdamW: ") + llvm::toString(std::move(e)), false);
   if (!anyResident_) return;
   if (deviceNewer_) {
     if (auto e = copyResident(false))
@@ -738,6 +752,11 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     if (auto e = copyResident(true)) return e;
     hostNewer_ = false;
   }
+  {
+    // An earlier step's host AdamW that failed (overlapping steps) fails this one.
+    std::lock_guard<std::mutex> l(mu_);
+    if (!optimizerError_.empty()) return err(optimizerError_);
+  }
 
   gradWritten_.assign(size_t(plan_.activations_size()), false);
   if (backward && checkFinite_) {
@@ -759,7 +778,12 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
   {
     std::lock_guard<std::mutex> l(mu_);
     passStartHost_ = std::chrono::steady_clock::now();
-    cpuTimes_.assign(size_t(s.actions_size()), {0.0, 0.0});
+    ++pass_;
+    updatedThisStep_.clear();
+    cpuTimes_[pass_].assign(size_t(s.actions_size()), {0.0, 0.0});
+    // Keep the passes in flight and the last backward one's.
+    for (auto it = cpuTimes_.begin(); it != cpuTimes_.end();)
+      it = it->first < pass_ - 2 && it->first != lastBackwardPass_ ? cpuTimes_.erase(it) : std::next(it);
   }
   for (int i = 0; i <= lastAction; ++i) {
     const plan::StreamAction &a = s.actions(i);
@@ -914,6 +938,9 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       job.slot = a.grad_slot();
       job.action = i;
       job.lr = lr;
+      job.step = state_.step;
+      job.pass = pass_;
+      job.passStart = passStartHost_;
       job.grads = grads;
       break;
     }
@@ -938,7 +965,12 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     }
   }
   for (cudaStream_t st : {h2d_, gpu_.stream, d2h_}) MEGAC_CUDA_TRY(cudaStreamSynchronize(st));
-  if (auto e = drainOptimizer()) return e;
+  // Overlapping steps: the micro-batch ends with the GPU idle; its host
+  // AdamW runs on beside the next one, whose first copies of the units wait
+  // for it. One that keeps its gradients, or runs no backward, ends with it.
+  const bool carry = backward && !grads && s.overlap_steps();
+  if (!carry)
+    if (auto e = drainOptimizer()) return e;
   if (backward && checkFinite_)
     if (auto e = checkNonFinite()) return e;
   if (timer_)
@@ -957,11 +989,20 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
   }
   if (backward) {
     std::lock_guard<std::mutex> l(mu_);
-    for (int i = 0; i < s.actions_size(); ++i)
-      if (s.actions(i).stream() == plan::StreamAction::CPU) times[size_t(i)] = cpuTimes_[size_t(i)];
-    actionTimes_ = std::move(times);
+    lastBackwardPass_ = pass_;
+    actionTimes_ = std::move(times); // its CPU actions' times are filled in by lastActionTimes()
   }
   return llvm::Error::success();
+}
+
+std::vector<std::pair<double, double>> CudaTrainer::lastActionTimes() {
+  if (auto e = drainOptimizer()) llvm::consumeError(std::move(e)); // the next step reports it
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<std::pair<double, double>> times = actionTimes_;
+  auto it = cpuTimes_.find(lastBackwardPass_);
+  for (size_t i = 0; it != cpuTimes_.end() && i < times.size() && i < it->second.size(); ++i)
+    if (sched_->actions(int(i)).stream() == plan::StreamAction::CPU) times[i] = it->second[i];
+  return times;
 }
 
 llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) {
@@ -984,7 +1025,6 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
   {
     std::lock_guard<std::mutex> l(mu_);
     cpuBusy_ = 0;
-    updatedThisStep_.clear();
   }
   for (double &b : stats.laneBusy) b = 0;
   double lossSum = 0;

@@ -231,11 +231,15 @@ public:
   llvm::Expected<StepPrediction> measured(const std::vector<std::pair<double, double>> &times);
 
 private:
-  void dependencies();
+  // Overlapping steps are simulated as this many steps in a row; the last is the one predicted.
+  static constexpr int kOverlapSteps = 4;
+  bool overlapped() const;
+  void dependencies(int steps = 1);
   void finish(StepPrediction &out);
   llvm::Error check();
   llvm::Error actionWork(StepPrediction &out);
   void simulate(StepPrediction &out);
+  void runLanes(std::vector<ActionTiming> &t);
   void criticalPath(StepPrediction &out);
   void memory(StepPrediction &out);
 
@@ -244,6 +248,12 @@ private:
   CostRates r_;
   std::vector<Work> work_;
   std::vector<std::vector<int>> deps_; // per action: the actions whose completion it waits for
+  // What the critical path walks: the actions' times and deps_ over the
+  // steps simulated (one, or kOverlapSteps), the window of the predicted step
+  // and the action it ends with.
+  std::vector<ActionTiming> path_;
+  double windowStart_ = 0;
+  int pathEnd_ = -1;
 };
 
 } // namespace
@@ -358,27 +368,89 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
 // an event is recorded before it issues the action, so every later action
 // is issued after it too (the CPU lane runs in order, so the latest such
 // CPU action so far is the one that ends last).
-void ScheduleSim::dependencies() {
+// Over `steps` steps in a row (action j is action j % n of step j / n): a
+// step is issued once the previous one's GPU lanes are done, and, unless
+// steps overlap, its CPU lane too; a wait on an event the step has not
+// recorded yet waits for the previous step's record.
+void ScheduleSim::dependencies(int steps) {
   const int n = s_.actions_size();
   std::vector<int> lastRecord(size_t(s_.events_size()), -1);
-  deps_.assign(size_t(n), {});
+  deps_.assign(size_t(n) * size_t(steps), {});
   int hostBlockedUntil = -1;
-  for (int i = 0; i < n; ++i) {
+  std::vector<int> barrier;
+  for (int j = 0; j < n * steps; ++j) {
+    const int i = j % n;
+    if (i == 0 && j > 0) { // the previous step's last action on each lane it must see end
+      barrier.clear();
+      for (int lane = 0; lane < kNumLanes; ++lane) {
+        if (lane == kLaneCPU && overlapped()) continue;
+        for (int k = j - 1; k >= j - n; --k)
+          if (work_[size_t(k)].lane == lane) {
+            barrier.push_back(k);
+            break;
+          }
+      }
+    }
+    std::vector<int> &d = deps_[size_t(j)];
+    d = barrier;
     for (int32_t e : s_.actions(i).waits()) {
       int recorder = lastRecord[size_t(e)];
       if (recorder < 0) continue;
-      deps_[size_t(i)].push_back(recorder);
-      if (work_[size_t(i)].lane != kLaneCPU && work_[size_t(recorder)].lane == kLaneCPU)
+      d.push_back(recorder);
+      if (work_[size_t(j)].lane != kLaneCPU && work_[size_t(recorder)].lane == kLaneCPU)
         hostBlockedUntil = std::max(hostBlockedUntil, recorder);
     }
-    if (hostBlockedUntil >= 0) deps_[size_t(i)].push_back(hostBlockedUntil);
-    for (int32_t e : s_.actions(i).records()) lastRecord[size_t(e)] = i;
+    if (hostBlockedUntil >= 0) d.push_back(hostBlockedUntil);
+    for (int32_t e : s_.actions(i).records()) lastRecord[size_t(e)] = j;
   }
 }
 
+bool ScheduleSim::overlapped() const {
+  if (!s_.overlap_steps()) return false;
+  for (const StreamAction &a : s_.actions())
+    if (a.stream() == StreamAction::CPU) return true;
+  return false;
+}
+
+// Overlapping steps: kOverlapSteps in a row, and the last one's times from
+// its issue; the step ends with its GPU lanes (the host's AdamW of its units
+// may end later, beside the next step).
 void ScheduleSim::simulate(StepPrediction &out) {
   const int n = s_.actions_size();
-  dependencies();
+  const int steps = overlapped() ? kOverlapSteps : 1;
+  const std::vector<Work> one = work_;
+  for (int r = 1; r < steps; ++r) work_.insert(work_.end(), one.begin(), one.end());
+  dependencies(steps);
+  path_.assign(size_t(n) * size_t(steps), {});
+  for (size_t j = 0; j < path_.size(); ++j) path_[j].lane = work_[j].lane;
+  runLanes(path_);
+  work_.resize(size_t(n));
+  const int first = (steps - 1) * n;
+  // The step is issued once the previous one's GPU lanes are done.
+  windowStart_ = 0;
+  for (int j = first - n; j >= 0 && j < first; ++j)
+    if (path_[size_t(j)].lane != kLaneCPU) windowStart_ = std::max(windowStart_, path_[size_t(j)].end);
+  double end = windowStart_;
+  pathEnd_ = -1;
+  for (int i = 0; i < n; ++i) {
+    const ActionTiming &t = path_[size_t(first + i)];
+    ActionTiming &o = out.actions[size_t(i)];
+    o.start = t.start - windowStart_;
+    o.end = t.end - windowStart_;
+    out.laneBusy[o.lane] += o.end - o.start;
+    if (steps > 1 && o.lane == kLaneCPU) continue;
+    if (pathEnd_ < 0 || t.end > end) {
+      end = t.end;
+      pathEnd_ = first + i;
+    }
+  }
+  out.stepSeconds = end - windowStart_;
+}
+
+// The lanes' run over work_ and deps_ (one step or several in a row): each
+// action's start and end in t.
+void ScheduleSim::runLanes(std::vector<ActionTiming> &t) {
+  const int n = int(work_.size());
   std::vector<std::vector<int>> queue(kNumLanes);
   for (int i = 0; i < n; ++i) queue[size_t(work_[size_t(i)].lane)].push_back(i);
 
@@ -400,10 +472,10 @@ void ScheduleSim::simulate(StepPrediction &out) {
         bool ready = std::all_of(deps_[size_t(a)].begin(), deps_[size_t(a)].end(), [&](int d) { return bool(done[size_t(d)]); });
         if (!ready) continue;
         ++next[size_t(lane)];
-        out.actions[size_t(a)].start = now;
+        t[size_t(a)].start = now;
         remaining[size_t(a)] = work_[size_t(a)].amount;
         if (remaining[size_t(a)] <= 0) {
-          out.actions[size_t(a)].end = now;
+          t[size_t(a)].end = now;
           done[size_t(a)] = true;
         } else {
           running[size_t(lane)] = a;
@@ -437,7 +509,7 @@ void ScheduleSim::simulate(StepPrediction &out) {
       if (a < 0) continue;
       double left = remaining[size_t(a)] / rate[lane] - dt;
       if (left <= 1e-12 * std::max(1.0, now)) {
-        out.actions[size_t(a)].end = now;
+        t[size_t(a)].end = now;
         done[size_t(a)] = true;
         running[size_t(lane)] = -1;
       } else {
@@ -445,36 +517,32 @@ void ScheduleSim::simulate(StepPrediction &out) {
       }
     }
   }
-  for (const ActionTiming &t : out.actions) {
-    out.stepSeconds = std::max(out.stepSeconds, t.end);
-    out.laneBusy[t.lane] += t.end - t.start;
-  }
 }
 
-// Walks back from the last action to end, each time to whichever of its lane
-// predecessor and the actions it waited for ended last (what held its start).
+// Walks back from the action the step ends with (path_, pathEnd_), each
+// time to whichever of its lane predecessor and the actions it waited for
+// ended last (what held its start), counting the time inside the step's
+// window (an earlier step's host AdamW that held it counts from the step's start).
 void ScheduleSim::criticalPath(StepPrediction &out) {
-  const int n = int(out.actions.size());
-  if (n == 0) return;
+  const int n = int(path_.size());
+  if (n == 0 || pathEnd_ < 0) return;
   std::vector<int> lanePrev(size_t(n), -1);
   int lastOnLane[kNumLanes] = {-1, -1, -1, -1};
   for (int i = 0; i < n; ++i) {
-    lanePrev[size_t(i)] = lastOnLane[out.actions[size_t(i)].lane];
-    lastOnLane[out.actions[size_t(i)].lane] = i;
+    lanePrev[size_t(i)] = lastOnLane[path_[size_t(i)].lane];
+    lastOnLane[path_[size_t(i)].lane] = i;
   }
-  int a = 0;
-  for (int i = 1; i < n; ++i)
-    if (out.actions[size_t(i)].end > out.actions[size_t(a)].end) a = i;
-  while (a >= 0) {
-    const ActionTiming &t = out.actions[size_t(a)];
-    out.criticalPath[t.lane] += t.end - t.start;
+  int a = pathEnd_;
+  while (a >= 0 && path_[size_t(a)].end > windowStart_) {
+    const ActionTiming &t = path_[size_t(a)];
+    out.criticalPath[t.lane] += t.end - std::max(t.start, windowStart_);
     int held = -1;
     double heldEnd = -1;
     std::vector<int> preds = deps_[size_t(a)];
     if (lanePrev[size_t(a)] >= 0) preds.push_back(lanePrev[size_t(a)]);
     for (int d : preds)
-      if (out.actions[size_t(d)].end > heldEnd) {
-        heldEnd = out.actions[size_t(d)].end;
+      if (path_[size_t(d)].end > heldEnd) {
+        heldEnd = path_[size_t(d)].end;
         held = d;
       }
     a = heldEnd > 0 ? held : -1; // a start at time 0 waited for nothing
@@ -497,12 +565,14 @@ void ScheduleSim::memory(StepPrediction &out) {
     double from = r.first_action() >= 0 && r.first_action() < n ? out.actions[size_t(r.first_action())].start : 0;
     double to = r.last_action() >= 0 && r.last_action() < n ? out.actions[size_t(r.last_action())].end : out.stepSeconds;
     if (r.first_action() < 0 && r.last_action() < 0) to = out.stepSeconds;
+    to = std::min(to, out.stepSeconds); // a host AdamW running on past the step (overlapping steps) holds no device memory
+    from = std::min(from, out.stepSeconds);
     regions.push_back({from, std::max(from, to), r.offset(), r.offset() + r.bytes()});
   }
   std::vector<double> times{0, out.stepSeconds};
   for (const ActionTiming &t : out.actions) {
-    times.push_back(t.start);
-    times.push_back(t.end);
+    times.push_back(std::min(t.start, out.stepSeconds));
+    times.push_back(std::min(t.end, out.stepSeconds));
   }
   std::sort(times.begin(), times.end());
   times.erase(std::unique(times.begin(), times.end()), times.end());
@@ -558,13 +628,20 @@ llvm::Expected<StepPrediction> ScheduleSim::measured(const std::vector<std::pair
   out.rates = r_;
   if (auto e = actionWork(out)) return std::move(e);
   dependencies();
+  // Overlapping steps: the step ends with its GPU lanes (its host AdamW may run on).
+  const bool overlap = overlapped();
+  pathEnd_ = -1;
   for (size_t i = 0; i < times.size(); ++i) {
     ActionTiming &t = out.actions[i];
     t.start = std::max(0.0, times[i].first);
     t.end = std::max(t.start, times[i].second);
-    out.stepSeconds = std::max(out.stepSeconds, t.end);
     out.laneBusy[t.lane] += t.end - t.start;
+    if (overlap && t.lane == kLaneCPU) continue;
+    if (t.end > out.stepSeconds || pathEnd_ < 0) pathEnd_ = int(i);
+    out.stepSeconds = std::max(out.stepSeconds, t.end);
   }
+  path_ = out.actions;
+  windowStart_ = 0;
   finish(out);
   return out;
 }

@@ -175,6 +175,18 @@ private:
         for (bool ready : {true, false})
           if (!eventId_.count(slotEventName(kind, k, ready)))
             return violation("malformed plan", "the schedule has no event " + slotEventName(kind, k, ready));
+    // Overlapping steps: each streamed unit stepped on the host has its "updated" event.
+    updatedEvent_.assign(size_t(N_), -1);
+    updatedOwner_.assign(size_t(s_.events_size()), -1);
+    for (int u = 0; s_.overlap_steps() && u < N_; ++u) {
+      if (!steppedOnHost(p_.units(u))) continue;
+      auto it = eventId_.find(unitUpdatedEventName(u));
+      if (it == eventId_.end())
+        return violation("malformed plan", "the steps overlap, but the schedule has no event " + unitUpdatedEventName(u) +
+                                               " (unit " + unitName(u) + " steps on the host)");
+      updatedEvent_[size_t(u)] = it->second;
+      updatedOwner_[size_t(it->second)] = u;
+    }
     const int A = p_.activations_size();
     producer_.assign(size_t(A), -1);
     users_.assign(size_t(A), {});
@@ -236,6 +248,9 @@ private:
 
   // --- the simulation of the actions in issue order ---
   std::vector<int> latest_; // event -> the action that recorded it last, -1 if none yet
+  // Overlapping steps: per unit its "u<k>.updated" event (-1: none), and per
+  // event the unit whose UPDATE alone may record it.
+  std::vector<int> updatedEvent_, updatedOwner_;
 
   int ev(char kind, int slot, bool ready) const { return eventId_.at(slotEventName(kind, slot, ready)); }
   static bool waits(const StreamAction &a, int e) {
@@ -280,12 +295,37 @@ private:
     };
     std::vector<int> lastBackwardInto(size_t(G_), -1), lastOffload(size_t(G_), -1), lastUpdate(size_t(G_), -1);
     std::vector<int> lastGradRelease(size_t(G_), -1); // the OFFLOAD, or a resident unit's UPDATE, that last read a grad slot
+    // Overlapping steps: a step starts while the previous step's host AdamW
+    // may still run. A wait made before this step records its event refers to
+    // the previous step's last record; these must be the UPDATE named
+    // (checked once the whole step is seen): (action, event, what it guards).
+    struct Carried {
+      int action, event;
+      std::string why;
+    };
+    std::vector<Carried> carried;
+    std::vector<bool> prefetchedUnit(size_t(N_), false);
     for (int i = 0; i < s_.actions_size(); ++i) {
       const StreamAction &a = s_.actions(i);
       const int u = a.unit(), k = a.weight_slot(), g = a.grad_slot();
+      for (int32_t r : a.records())
+        if (int owner = updatedOwner_[size_t(r)]; owner >= 0 && (a.kind() != StreamAction::UPDATE || u != owner))
+          return violation("malformed plan", actionText(i) + " records " + s_.events(r) + ", which only the UPDATE of unit " +
+                                                 unitName(owner) + " records");
       switch (a.kind()) {
       case StreamAction::PREFETCH:
         if (auto e = writtenBack(i, "weight")) return e;
+        // Its first copy of the unit's weights reads what the previous
+        // step's host AdamW wrote, of every unit sharing a parameter.
+        if (s_.overlap_steps() && !prefetchedUnit[size_t(u)])
+          for (int v : unitsSharingParameters(p_, u)) {
+            const int e = updatedEvent_[size_t(v)];
+            if (e < 0) continue;
+            const std::string why = "the previous step's UPDATE of unit " + unitName(v) + " writes the weights it copies";
+            if (!waits(a, e)) return violation("missing wait", actionText(i) + " does not wait " + s_.events(e) + " (" + why + ")");
+            if (latest_[size_t(e)] < 0) carried.push_back({i, e, why});
+          }
+        prefetchedUnit[size_t(u)] = true;
         if (lastCompute[size_t(k)] >= 0)
           if (auto e = requireWait(i, 'w', k, false, lastCompute[size_t(k)], "slot reused early", "the slot's last reader"))
             return e;
@@ -335,9 +375,15 @@ private:
         if (int prev = lastOffload[size_t(g)]; prev >= 0 && updAt_[size_t(s_.actions(prev).unit())] < 0)
           return violation("slot reused early", actionText(i) + " overwrites staging slot " + llvm::Twine(g) + " before the UPDATE of " +
                                                     unitName(s_.actions(prev).unit()) + " read it");
-        if (lastUpdate[size_t(g)] >= 0)
+        if (lastUpdate[size_t(g)] >= 0) {
           if (auto e = requireWait(i, 's', g, false, lastUpdate[size_t(g)], "slot reused early", "the staging slot's last UPDATE"))
             return e;
+        } else if (s_.overlap_steps()) { // the previous step's last UPDATE from the slot may still read it
+          const int e = ev('s', g, false);
+          const std::string why = "the previous step's last UPDATE from staging slot " + std::to_string(g) + " reads it";
+          if (!waits(a, e)) return violation("slot reused early", actionText(i) + " does not wait " + s_.events(e) + " (" + why + ")");
+          carried.push_back({i, e, why});
+        }
         if (auto e = firstTime(offAt_, i, "OFFLOAD")) return e;
         lastOffload[size_t(g)] = lastGradRelease[size_t(g)] = i;
         break;
@@ -402,6 +448,16 @@ private:
       default: return violation("malformed plan", "action " + llvm::Twine(i) + " has an unknown kind");
       }
       for (int32_t e : a.records()) latest_[size_t(e)] = i;
+    }
+    // What the previous step recorded last: the same action list's last record.
+    for (const Carried &c : carried) {
+      const int last = latest_[size_t(c.event)];
+      const bool ok = last >= 0 && s_.actions(last).kind() == StreamAction::UPDATE &&
+                      (updatedOwner_[size_t(c.event)] < 0 || s_.actions(last).unit() == updatedOwner_[size_t(c.event)]) &&
+                      (updatedOwner_[size_t(c.event)] >= 0 || last == lastUpdate[size_t(s_.actions(c.action).grad_slot())]);
+      if (!ok)
+        return violation("missing wait", actionText(c.action) + " waits " + s_.events(c.event) + ", which the step records last by " +
+                                             actionRef(last) + ", but " + c.why);
     }
     const std::pair<const std::vector<int> *, const char *> every[] = {
         {&fwdAt_, "FORWARD"}, {&bwdAt_, "BACKWARD"}, {&offAt_, "OFFLOAD"}, {&updAt_, "UPDATE"}};

@@ -24,6 +24,13 @@
 //   a BACKWARD into grad slot g waits g<g>.free of the last OFFLOAD of g (and
 //   that OFFLOAD was of the previous BACKWARD into g); an OFFLOAD into
 //   staging slot s waits s<s>.free of the last UPDATE of s (likewise);
+// - where steps overlap (StreamSchedule.overlap_steps: the host's AdamW of a
+//   step runs on beside the next step), the next step cannot read what it
+//   writes: the first PREFETCH of each unit waits "u<v>.updated" of every
+//   unit v sharing a parameter with it that steps on the host, whose last
+//   record in the action list is v's UPDATE (only that UPDATE records it),
+//   and the first OFFLOAD into each staging slot waits its `free` event,
+//   last recorded by the slot's last UPDATE;
 // - the peak (device_bytes) stays within gpu_budget_bytes.
 //
 // The error names the violation kind first ("arena overlap", "region

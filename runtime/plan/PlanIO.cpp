@@ -98,8 +98,9 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
   const uint32_t version = uint32_t(getLE(data.data(), 4)), crc = uint32_t(getLE(data.data() + 4, 4));
   const uint64_t size = getLE(data.data() + 8, 8);
   data = data.drop_front(kHeaderBytes);
-  // Formats 4 and 5 are 6 without its additions (GPU AdamW for streamed units).
-  if (version != kFormatVersion && version != 4 && version != 5) {
+  // Formats 4 to 6 are 7 without its additions (6: GPU AdamW for streamed
+  // units; 7: steps that overlap).
+  if (version != kFormatVersion && (version < 4 || version > 6)) {
     // Name the megac that wrote it where the payload still parses.
     std::string writer = parseWholeMessage(data, p) ? p.megac_version() : std::string("?");
     return otherVersion(path, version, writer);

@@ -15,7 +15,7 @@ namespace megac::plan {
 // model's path relative to the plan, and the model's hash (Plan.model_hash);
 // 6: streamed units whose AdamW runs on the GPU (Unit.adamw_on_gpu).
 // readPlan reads formats 4 (an absolute model path, no hash) and 5 too.
-inline constexpr uint32_t kFormatVersion = 6;
+inline constexpr uint32_t kFormatVersion = 7;
 inline constexpr const char *kMegacVersion = "0.1";
 
 // A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the

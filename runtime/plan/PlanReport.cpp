@@ -357,6 +357,12 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   if (onGpu)
     os << "  AdamW on the GPU: " << onGpu << " streamed " << (onGpu == 1 ? "unit" : "units") << " (" << onGpuParams
        << " parameters whose moments come in with their weights in the backward, step there and go back)\n";
+  if (p.has_schedule())
+    os << "  steps overlap: "
+       << (p.schedule().overlap_steps() ? "yes (a step ends with the GPU; its host AdamW runs on beside the next step's "
+                                          "forward, whose first copy of each unit waits for that unit's update)"
+                                        : "no (a step ends when the host's AdamW has updated every unit)")
+       << "\n";
   os << "  format version: " << p.format_version() << " (megac " << p.megac_version() << ")\n";
 
   os << "\nunits (" << r.units.size() << ", in forward order):\n";
@@ -542,6 +548,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
       {"compute", utf8(p.compute())},
       {"format_version", int64_t(p.format_version())},
       {"megac_version", utf8(p.megac_version())},
+      {"overlap_steps", p.has_schedule() && p.schedule().overlap_steps()},
       {"units", std::move(units)},
       {"templates", std::move(templates)},
       {"parameters", llvm::json::Object{{"total", m.parameters}, {"per_unit", std::move(perUnit)}}},

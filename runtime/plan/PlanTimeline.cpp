@@ -101,7 +101,8 @@ public:
   // `label` says which.
   Timeline(const Plan &p, const PlanReport &r, const StepPrediction &pr, const std::string &label,
            const std::string &path, llvm::raw_ostream &os)
-      : p_(p), s_(r.schedule), pr_(pr), label_(label), path_(path), os_(os), tu_(timeUnit(pr_.stepSeconds)) {}
+      : p_(p), s_(r.schedule), pr_(pr), label_(label), path_(path), os_(os), span_(spanOf(pr)),
+        tu_(timeUnit(span_)) {}
 
   void write() {
     header();
@@ -111,9 +112,14 @@ public:
   }
 
 private:
-  double x(double seconds) const {
-    return kLeft + (pr_.stepSeconds > 0 ? seconds / pr_.stepSeconds : 0) * kPlotWidth;
+  // The time drawn: the step, and past its end the host AdamW that runs on
+  // beside the next step where steps overlap.
+  static double spanOf(const StepPrediction &pr) {
+    double span = pr.stepSeconds;
+    for (const ActionTiming &a : pr.actions) span = std::max(span, a.end);
+    return span;
   }
+  double x(double seconds) const { return kLeft + (span_ > 0 ? seconds / span_ : 0) * kPlotWidth; }
   std::string t(double seconds) const { return fmt("%.3f ", seconds * tu_.scale) + tu_.name; }
 
   void header();
@@ -128,6 +134,7 @@ private:
   const std::string &label_;
   const std::string &path_;
   llvm::raw_ostream &os_;
+  double span_;
   TimeUnit tu_;
 };
 
@@ -169,6 +176,9 @@ void Timeline::header() {
       << " TFLOPS (6 x parameters x batch x seq / step time); device memory peak "
       << fmt("%.3f", double(pr_.peakMemoryBytes) / double(int64_t(1) << 30)) << " GiB in use of a "
       << fmt("%.3f", double(s_.deviceBytes) / double(int64_t(1) << 30)) << " GiB allocation</p>\n";
+  if (span_ > pr_.stepSeconds * (1 + 1e-9))
+    os_ << "<p class=\"note\" id=\"overlap\">the steps overlap: the step ends with its GPU lanes at the dashed line; "
+           "its host AdamW runs on beside the next step's forward</p>\n";
   os_ << "<table class=\"lanes\"><tr><th>lane</th><th>busy</th><th>% of step</th><th>critical path</th></tr>\n";
   for (int lane = 0; lane < kNumLanes; ++lane)
     os_ << "<tr><td>" << laneName(lane) << "</td><td>" << t(pr_.laneBusy[lane]) << "</td><td>"
@@ -178,11 +188,11 @@ void Timeline::header() {
 }
 
 void Timeline::timeAxis(double y) {
-  double step = niceStep(pr_.stepSeconds);
+  double step = niceStep(span_);
   os_ << "<g class=\"axis\">\n";
   os_ << "<line class=\"axis\" x1=\"" << fmt("%.2f", kLeft) << "\" x2=\"" << fmt("%.2f", kLeft + kPlotWidth)
       << "\" y1=\"" << fmt("%.2f", y) << "\" y2=\"" << fmt("%.2f", y) << "\"/>\n";
-  for (int i = 0; i * step <= pr_.stepSeconds * (1 + 1e-9); ++i) {
+  for (int i = 0; i * step <= span_ * (1 + 1e-9); ++i) {
     double xi = x(i * step);
     os_ << "<line class=\"axis\" x1=\"" << fmt("%.2f", xi) << "\" x2=\"" << fmt("%.2f", xi) << "\" y1=\""
         << fmt("%.2f", y) << "\" y2=\"" << fmt("%.2f", y + 5) << "\"/>"
@@ -239,6 +249,10 @@ void Timeline::lanes() {
     }
     os_ << "</g>\n";
   }
+  if (span_ > pr_.stepSeconds * (1 + 1e-9)) // where the step ends and the next one starts
+    os_ << "<line class=\"allocation\" id=\"step-end\" x1=\"" << fmt("%.2f", x(pr_.stepSeconds)) << "\" x2=\""
+        << fmt("%.2f", x(pr_.stepSeconds)) << "\" y1=\"" << fmt("%.2f", kLaneTop - 4) << "\" y2=\"" << fmt("%.2f", axisY)
+        << "\"><title>the step ends: " << t(pr_.stepSeconds) << "</title></line>\n";
   timeAxis(axisY);
   os_ << "</svg>\n";
 }

@@ -18,7 +18,8 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
   const StreamSchedule &s = p.schedule();
   auto unitName = [&](int u) { return u >= 0 && u < p.units_size() ? p.units(u).name() : "unit" + std::to_string(u); };
   os << "schedule: " << p.units_size() << " units, " << s.weight_slots() << " weight slots, " << s.grad_slots()
-     << " grad slots (and as many pinned staging slots)\n";
+     << " grad slots (and as many pinned staging slots)"
+     << (s.overlap_steps() ? "; steps overlap (the host's AdamW runs on beside the next step)" : "") << "\n";
   os << "slot bytes: weight " << s.weight_slot_bytes() << ", grad " << s.grad_slot_bytes() << "; pinned staging "
      << s.pinned_staging_bytes() << "\n";
   os << "device bytes: " << s.device_bytes() << " (budget " << s.gpu_budget_bytes() << ")\n";

@@ -261,6 +261,19 @@ std::string slotEventName(char slotKind, int slot, bool ready) {
   return std::string(1, slotKind) + std::to_string(slot) + (ready ? ".ready" : ".free");
 }
 
+std::string unitUpdatedEventName(int unit) { return "u" + std::to_string(unit) + ".updated"; }
+
+std::vector<int> unitsSharingParameters(const Plan &p, int unitIndex) {
+  std::vector<int> out{unitIndex};
+  for (int32_t q : p.units(unitIndex).parameters()) {
+    if (q < 0 || q >= p.parameters_size()) continue;
+    for (int32_t v : p.parameters(q).units())
+      if (v >= 0 && v < p.units_size() && std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  }
+  std::sort(out.begin() + 1, out.end());
+  return out;
+}
+
 bool parseSlotEventName(llvm::StringRef name, char &slotKind, int &slot, bool &ready) {
   if (name.size() < 3 || (name[0] != 'w' && name[0] != 'g' && name[0] != 's' && name[0] != 'm')) return false;
   slotKind = name[0];

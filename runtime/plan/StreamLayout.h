@@ -166,6 +166,14 @@ int64_t workspaceBudgetBytes(const Plan &p);
 std::string slotEventName(char slotKind, int slot, bool ready);
 // Parses such a name; false if it is not one.
 bool parseSlotEventName(llvm::StringRef name, char &slotKind, int &slot, bool &ready);
+// Overlapping steps (StreamSchedule.overlap_steps): "u<unit>.updated", which
+// the CPU UPDATE of a streamed unit records.
+std::string unitUpdatedEventName(int unit);
+// A streamed unit whose AdamW runs on the host (its UPDATE is a CPU action).
+inline bool steppedOnHost(const Unit &u) { return !u.resident() && !u.adamw_on_gpu(); }
+// The units that share a parameter with unit u (u first, then in forward
+// order): a tied parameter is updated once all of them added to its gradient.
+std::vector<int> unitsSharingParameters(const Plan &p, int unitIndex);
 
 const char *regionKindName(DeviceRegion::Kind k);
 const char *actionKindName(StreamAction::Kind k);

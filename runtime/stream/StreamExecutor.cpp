@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <optional>
 
 namespace megac::stream {
@@ -48,7 +49,10 @@ public:
   llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets) override;
   bool runsSchedule() const override { return true; }
   // Host times of the simulated interleaving: one action at a time, in the order the seed chose.
-  std::vector<std::pair<double, double>> lastActionTimes() const override { return lastTimes_; }
+  std::vector<std::pair<double, double>> lastActionTimes() override {
+    if (auto e = drainCarried()) llvm::consumeError(std::move(e)); // a later step reports it
+    return lastTimes_;
+  }
 
 protected:
   void syncHostState(bool callerWrites) override;
@@ -59,6 +63,13 @@ private:
   llvm::Error runPass(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale,
                       std::vector<float> *grads, float lr, double &loss);
   llvm::Error execute(int i);
+  // Action i of the pass `tag` (this one, or an earlier step's UPDATE left
+  // over when steps overlap), with that pass's learning rate, step and books.
+  llvm::Error executeIn(int i, int64_t tag);
+  // Runs the host AdamW that earlier steps left running (overlapping steps).
+  llvm::Error drainCarried();
+  // Forgets the passes whose actions have all run (the last backward one's times kept).
+  void retirePasses();
   llvm::Error prefetch(int i, const plan::StreamAction &a);
   llvm::Error compute(int i, const plan::StreamAction &a);
   llvm::Error offload(int i, const plan::StreamAction &a);
@@ -109,6 +120,21 @@ private:
   int64_t nextStamp_ = 0, pass_ = 0;
   std::vector<Fill> weightSlot_, gradSlot_, stagingSlot_, activation_, activationGrad_, saved_, resident_, momentSlot_;
 
+  // Each pass (micro-batch) whose actions have not all run: with
+  // overlapping steps, a step's CPU UPDATEs run on into the next passes.
+  struct PassContext {
+    bool backward = false;
+    float lr = 0;
+    int64_t step = 0;
+    std::vector<float> *grads = nullptr;
+    std::vector<bool> updated;   // per unit: its AdamW ran
+    std::vector<bool> updateRan; // per unit: its CPU UPDATE ran (poisoned or not)
+    std::vector<std::pair<double, double>> times; // seconds from `start`
+    std::chrono::steady_clock::time_point start;
+  };
+  std::map<int64_t, PassContext> passes_;
+  std::unique_ptr<StreamSimulation> sim_;
+
   // This micro-batch.
   bool backwardPass_ = false;
   float lossScale_ = 1, lr_ = 0;
@@ -126,7 +152,7 @@ private:
   std::vector<bool> slotVerdict_, stagingVerdict_;
   std::vector<int> bwdPos_;     // unit -> position of its BACKWARD in the schedule
   std::vector<std::pair<double, double>> lastTimes_; // each action's host time in the last backward pass
-  std::vector<bool> updated_;   // per unit: its AdamW ran this micro-batch
+  std::vector<bool> *updated_ = nullptr; // per unit: its AdamW ran in the pass of the action running
 };
 
 std::string StreamExecutor::actionText(int i) const {
@@ -214,6 +240,7 @@ llvm::Error StreamExecutor::init() {
   activationGrad_ = activation_;
   saved_.assign(size_t(plan_.units_size()), {});
   resident_ = saved_;
+  sim_ = std::make_unique<StreamSimulation>(s);
   return llvm::Error::success();
 }
 
@@ -315,6 +342,9 @@ void StreamExecutor::copyResident(bool toDevice) {
 }
 
 void StreamExecutor::syncHostState(bool callerWrites) {
+  // The host arrays are final once the last step's AdamW has run.
+  if (auto e = drainCarried())
+    llvm::report_fatal_error(llvm::Twine("megac: the last step's host AdamW: ") + llvm::toString(std::move(e)), false);
   if (!anyResident_) return;
   if (deviceNewer_) {
     copyResident(false);
@@ -342,6 +372,15 @@ llvm::Error StreamExecutor::prefetch(int i, const plan::StreamAction &a) {
   if (unit.resident()) return err("schedule: " + actionText(i) + ": the unit is resident; its weights do not stream");
   if (k < 0 || k >= s_->weight_slots()) return err("schedule: " + actionText(i) + " names no weight slot");
   const plan::WeightLayout &lay = layouts_[size_t(u)];
+  // The host's weights of the unit are final for this step: no earlier
+  // step's UPDATE of a unit sharing them is still to run.
+  for (const auto &[tag, c] : passes_) {
+    if (tag >= pass_ || !c.backward) continue;
+    for (int v : plan::unitsSharingParameters(plan_, u))
+      if (plan::steppedOnHost(plan_.units(v)) && !c.updateRan[size_t(v)])
+        return err("schedule: " + actionText(i) + " copies the host's weights of '" + unit.name() +
+                   "' before an earlier step's UPDATE of '" + plan_.units(v).name() + "' ran");
+  }
   int64_t off = 0;
   auto slot = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &off);
   if (!slot) return slot.takeError();
@@ -571,7 +610,7 @@ llvm::Error StreamExecutor::updateFrom(int u, const uint8_t *base, bool poisoned
     }
     updateOrAccumulate(pid, g, lr_, pending_, partial_);
   }
-  if (!grads_) updated_[size_t(u)] = true;
+  if (!grads_) (*updated_)[size_t(u)] = true;
   return llvm::Error::success();
 }
 
@@ -587,6 +626,7 @@ llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
     if (a.stream() != plan::StreamAction::CPU) return err("schedule: " + actionText(i) + ": a streamed unit's UPDATE runs on the CPU");
     const int64_t off = int64_t(g) * s_->grad_slot_bytes();
     if (auto e = expect(i, stagingSlot_[size_t(g)], "staging slot " + std::to_string(g), u, off, lay.bytes, stagingShadow_)) return e;
+    passes_.at(pass_).updateRan[size_t(u)] = true;
     return updateFrom(u, staging_.data() + off, stagingVerdict_[size_t(g)], nullptr);
   }
   if (a.stream() != plan::StreamAction::COMPUTE)
@@ -696,12 +736,22 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
   lr_ = lr;
   grads_ = grads;
   loss_ = NAN;
-  updated_.assign(size_t(plan_.units_size()), false);
   poison_ = false;
   firstBad_.clear();
-  pending_.assign(size_t(plan_.parameters_size()), 0);
-  for (int p = 0; p < plan_.parameters_size(); ++p) pending_[size_t(p)] = plan_.parameters(p).units_size();
-  partial_.assign(size_t(plan_.parameters_size()), {});
+  PassContext &ctx = passes_[pass_];
+  ctx.backward = backward;
+  ctx.lr = lr;
+  ctx.step = state_.step;
+  ctx.grads = grads;
+  ctx.updated.assign(size_t(plan_.units_size()), false);
+  ctx.updateRan = ctx.updated;
+  ctx.times.assign(size_t(s_->actions_size()), {0.0, 0.0});
+  // A tied parameter's partial sums: none is in flight once every earlier UPDATE has run.
+  if (sim_->idle()) {
+    pending_.assign(size_t(plan_.parameters_size()), 0);
+    for (int p = 0; p < plan_.parameters_size(); ++p) pending_[size_t(p)] = plan_.parameters(p).units_size();
+    partial_.assign(size_t(plan_.parameters_size()), {});
+  }
   if (anyResident_ && hostNewer_) {
     copyResident(true);
     hostNewer_ = false;
@@ -731,30 +781,81 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
     if (backward || k == plan::StreamAction::PREFETCH || k == plan::StreamAction::FORWARD) actions.push_back(i);
   }
   runtime::PlanComputeScope compute(plan_, emulateCompute_);
-  std::vector<std::pair<double, double>> times(size_t(s_->actions_size()), {0.0, 0.0});
-  const auto start = std::chrono::steady_clock::now();
-  auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(); };
-  // Each micro-batch its own interleaving, the same in every run with this seed.
-  if (auto e = simulateStreams(*s_, actions, opts_.streamSeed * 0x9e3779b97f4a7c15ull + uint64_t(pass_),
-                               [&](int i) {
-                                 const double t0 = since();
-                                 llvm::Error r = execute(i);
-                                 times[size_t(i)] = {t0, since()};
-                                 return r;
-                               }))
+  ctx.start = std::chrono::steady_clock::now();
+  // Each micro-batch its own interleaving, the same in every run with this
+  // seed. Overlapping steps: the pass ends with the GPU streams idle; its
+  // host AdamW runs on into the next pass (a step that keeps its gradients
+  // waits for it).
+  const bool carry = s_->overlap_steps() && !grads;
+  if (auto e = sim_->run(actions, opts_.streamSeed * 0x9e3779b97f4a7c15ull + uint64_t(pass_), pass_, carry,
+                         [&](int i, int64_t tag) { return executeIn(i, tag); })) {
+    passes_.clear();
     return e;
-  if (backward) lastTimes_ = std::move(times);
+  }
   if (poison_) {
+    // The verdict names the units updated before the bad one: all of this pass's UPDATEs run first.
+    if (auto e = sim_->drain([&](int i, int64_t tag) { return executeIn(i, tag); })) {
+      passes_.clear();
+      return e;
+    }
     std::vector<int> order;
     for (int u = 0; u < plan_.units_size(); ++u)
-      if (updated_[size_t(u)]) order.push_back(u);
+      if (ctx.updated[size_t(u)]) order.push_back(u);
     std::sort(order.begin(), order.end(), [&](int a, int b) { return bwdPos_[size_t(a)] < bwdPos_[size_t(b)]; });
     std::vector<std::string> updated;
     for (int u : order) updated.push_back(plan_.units(u).name());
+    retirePasses();
     return llvm::make_error<runtime::NonFiniteError>(firstBad_, runtime::updatedUnitList(updated));
   }
+  retirePasses();
   loss = loss_;
   return llvm::Error::success();
+}
+
+llvm::Error StreamExecutor::executeIn(int i, int64_t tag) {
+  auto it = passes_.find(tag);
+  if (it == passes_.end()) return err("schedule: " + actionText(i) + " belongs to no pass in flight");
+  PassContext &c = it->second;
+  // Another step's UPDATE runs with that step's numbers; this pass's are restored after.
+  const int64_t pass = pass_, step = state_.step;
+  const float lr = lr_;
+  std::vector<float> *grads = grads_;
+  pass_ = tag;
+  state_.step = c.step;
+  lr_ = c.lr;
+  grads_ = c.grads;
+  updated_ = &c.updated;
+  const auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count(); };
+  const double t0 = since();
+  llvm::Error r = execute(i);
+  c.times[size_t(i)] = {t0, since()};
+  pass_ = pass;
+  state_.step = step;
+  lr_ = lr;
+  grads_ = grads;
+  return r;
+}
+
+llvm::Error StreamExecutor::drainCarried() {
+  if (!sim_ || sim_->idle()) return llvm::Error::success();
+  if (auto e = sim_->drain([&](int i, int64_t tag) { return executeIn(i, tag); })) {
+    passes_.clear();
+    return e;
+  }
+  retirePasses();
+  return llvm::Error::success();
+}
+
+void StreamExecutor::retirePasses() {
+  const std::vector<int64_t> pending = sim_->pendingTags();
+  for (auto it = passes_.begin(); it != passes_.end();) {
+    if (std::find(pending.begin(), pending.end(), it->first) != pending.end()) {
+      ++it;
+      continue;
+    }
+    if (it->second.backward) lastTimes_ = std::move(it->second.times);
+    it = passes_.erase(it);
+  }
 }
 
 llvm::Expected<double> StreamExecutor::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,

@@ -2,7 +2,7 @@
 
 #include "runtime/plan/StreamLayout.h"
 
-#include <deque>
+#include <algorithm>
 
 namespace megac::stream {
 
@@ -23,26 +23,85 @@ struct Generator {
   }
 };
 
-struct Issued {
-  int action;
-  std::vector<std::pair<int, int>> tickets; // (event, record instance) that must have run
-};
-
 } // namespace
 
-llvm::Error simulateStreams(const plan::StreamSchedule &s, const std::vector<int> &actions, uint64_t seed,
-                            const std::function<llvm::Error(int)> &execute, std::vector<int> *trace) {
+StreamSimulation::StreamSimulation(const plan::StreamSchedule &s) : s_(s) {
   const int E = s.events_size();
-  std::vector<bool> cpuEvent(size_t(E), false);
+  cpuEvent_.assign(size_t(E), false);
   for (const plan::StreamAction &a : s.actions())
     if (a.stream() == plan::StreamAction::CPU)
       for (int32_t r : a.records())
-        if (r >= 0 && r < E) cpuEvent[size_t(r)] = true;
-  // Per event, its record instances in issue order: whether each has run, and by which action.
-  std::vector<std::vector<bool>> ran(static_cast<size_t>(E));
-  std::vector<std::vector<int>> recorder(static_cast<size_t>(E));
-  std::deque<Issued> queue[4];
-  size_t next = 0;           // the next action to issue
+        if (r >= 0 && r < E) cpuEvent_[size_t(r)] = true;
+  reset();
+}
+
+void StreamSimulation::reset() {
+  ran_.assign(size_t(s_.events_size()), {});
+  recorder_.assign(size_t(s_.events_size()), {});
+  for (auto &q : queue_) q.clear();
+}
+
+bool StreamSimulation::idle() const {
+  for (const auto &q : queue_)
+    if (!q.empty()) return false;
+  return true;
+}
+
+std::vector<int64_t> StreamSimulation::pendingTags() const {
+  std::vector<int64_t> tags;
+  for (const auto &q : queue_)
+    for (const Issued &i : q)
+      if (std::find(tags.begin(), tags.end(), i.tag) == tags.end()) tags.push_back(i.tag);
+  return tags;
+}
+
+std::string StreamSimulation::describe(int i) const {
+  const plan::StreamAction &a = s_.actions(i);
+  return "action " + std::to_string(i) + " (" + plan::actionKindName(a.kind()) + " of unit " + std::to_string(a.unit()) +
+         " on " + plan::streamName(a.stream()) + ")";
+}
+
+llvm::Error StreamSimulation::runAction(Issued q, const ExecuteAction &execute, std::vector<int> *trace) {
+  if (auto e = execute(q.action, q.tag)) {
+    reset();
+    return e;
+  }
+  if (trace) trace->push_back(q.action);
+  // Its records: the earliest instance of each event this action recorded that has not run.
+  for (int32_t r : s_.actions(q.action).records())
+    for (size_t k = 0; k < ran_[size_t(r)].size(); ++k)
+      if (!ran_[size_t(r)][k] && recorder_[size_t(r)][k] == q.action) {
+        ran_[size_t(r)][k] = true;
+        break;
+      }
+  return llvm::Error::success();
+}
+
+llvm::Error StreamSimulation::drain(const ExecuteAction &execute, std::vector<int> *trace) {
+  while (!idle()) {
+    bool moved = false;
+    for (auto &queue : queue_) {
+      if (queue.empty()) continue;
+      Issued q = queue.front();
+      bool ready = true;
+      for (auto [e, k] : q.tickets) ready &= bool(ran_[size_t(e)][size_t(k)]);
+      if (!ready) continue;
+      queue.pop_front();
+      if (auto e = runAction(std::move(q), execute, trace)) return e;
+      moved = true;
+    }
+    if (!moved) {
+      reset();
+      return err("the schedule deadlocks: the actions left over from the last step wait for events that never run");
+    }
+  }
+  return llvm::Error::success();
+}
+
+llvm::Error StreamSimulation::run(const std::vector<int> &actions, uint64_t seed, int64_t tag, bool carryCpu,
+                                  const ExecuteAction &execute, std::vector<int> *trace) {
+  const int E = s_.events_size();
+  size_t next = 0; // the next action to issue
   Generator gen{seed ^ 0x6d65676163ull};
   // Probabilistic concurrency testing: each run ranks the five things that
   // can proceed (issue, the four streams) at random and mostly picks the
@@ -52,45 +111,46 @@ llvm::Error simulateStreams(const plan::StreamSchedule &s, const std::vector<int
   int rank[5] = {0, 1, 2, 3, 4};
   for (int k = 4; k > 0; --k) std::swap(rank[k], rank[gen.next() % uint64_t(k + 1)]);
 
-  auto describe = [&](int i) {
-    const plan::StreamAction &a = s.actions(i);
-    return "action " + std::to_string(i) + " (" + plan::actionKindName(a.kind()) + " of unit " + std::to_string(a.unit()) +
-           " on " + plan::streamName(a.stream()) + ")";
-  };
   auto ready = [&](const Issued &q) {
     for (auto [e, k] : q.tickets)
-      if (!ran[size_t(e)][size_t(k)]) return false;
+      if (!ran_[size_t(e)][size_t(k)]) return false;
     return true;
   };
   // Whether the host is held back from issuing action i: it waits a CPU event whose latest record has not run.
   auto hostBlocked = [&](int i) {
-    const plan::StreamAction &a = s.actions(i);
+    const plan::StreamAction &a = s_.actions(i);
     if (a.stream() == plan::StreamAction::CPU) return false;
     for (int32_t w : a.waits())
-      if (w >= 0 && w < E && cpuEvent[size_t(w)] && !ran[size_t(w)].empty() && !ran[size_t(w)].back()) return true;
+      if (w >= 0 && w < E && cpuEvent_[size_t(w)] && !ran_[size_t(w)].empty() && !ran_[size_t(w)].back()) return true;
     return false;
+  };
+  auto fail = [&](llvm::Error e) {
+    reset();
+    return e;
   };
 
   for (;;) {
+    const bool issued = next == actions.size();
+    bool gpuIdle = true;
+    for (int q = 0; q < 4; ++q) gpuIdle &= q == plan::StreamAction::CPU || queue_[q].empty();
+    if (carryCpu && issued && gpuIdle) return llvm::Error::success(); // the step ends; the host's AdamW runs on
     // What can proceed: 0 = issue, 1 + s = start the head of stream s.
     int options[5], n = 0;
-    if (next < actions.size() && !hostBlocked(actions[next])) options[n++] = 0;
+    if (!issued && !hostBlocked(actions[next])) options[n++] = 0;
     for (int q = 0; q < 4; ++q)
-      if (!queue[q].empty() && ready(queue[q].front())) options[n++] = 1 + q;
+      if (!queue_[q].empty() && ready(queue_[q].front())) options[n++] = 1 + q;
     if (n == 0) {
-      bool empty = next == actions.size();
-      for (auto &q : queue) empty &= q.empty();
-      if (empty) return llvm::Error::success();
+      if (issued && idle()) return llvm::Error::success();
       std::string stuck;
-      for (auto &q : queue) {
+      for (auto &q : queue_) {
         if (q.empty()) continue;
         stuck += "\n  " + describe(q.front().action) + " waits";
         for (auto [e, k] : q.front().tickets)
-          if (!ran[size_t(e)][size_t(k)])
-            stuck += " " + s.events(e) + " (recorded by " + describe(recorder[size_t(e)][size_t(k)]) + ", not run)";
+          if (!ran_[size_t(e)][size_t(k)])
+            stuck += " " + s_.events(e) + " (recorded by " + describe(recorder_[size_t(e)][size_t(k)]) + ", not run)";
       }
-      if (next < actions.size()) stuck += "\n  the host cannot issue " + describe(actions[next]) + ": it waits a CPU event not recorded yet";
-      return err("the schedule deadlocks:" + stuck);
+      if (!issued) stuck += "\n  the host cannot issue " + describe(actions[next]) + ": it waits a CPU event not recorded yet";
+      return fail(err("the schedule deadlocks:" + stuck));
     }
     int pick = options[0];
     if (gen.next() % 8 == 0) {
@@ -101,35 +161,33 @@ llvm::Error simulateStreams(const plan::StreamSchedule &s, const std::vector<int
     }
     if (pick == 0) {
       const int i = actions[next++];
-      const plan::StreamAction &a = s.actions(i);
-      Issued q{i, {}};
+      const plan::StreamAction &a = s_.actions(i);
+      Issued q{i, tag, {}};
       for (int32_t w : a.waits()) {
-        if (w < 0 || w >= E) return err(describe(i) + " waits event " + llvm::Twine(w) + ", which does not exist");
-        if (cpuEvent[size_t(w)] && a.stream() != plan::StreamAction::CPU) continue; // the host waited for it
-        if (!ran[size_t(w)].empty()) q.tickets.push_back({w, int(ran[size_t(w)].size()) - 1});
+        if (w < 0 || w >= E) return fail(err(describe(i) + " waits event " + llvm::Twine(w) + ", which does not exist"));
+        if (cpuEvent_[size_t(w)] && a.stream() != plan::StreamAction::CPU) continue; // the host waited for it
+        if (!ran_[size_t(w)].empty()) q.tickets.push_back({w, int(ran_[size_t(w)].size()) - 1});
       }
       for (int32_t r : a.records()) {
-        if (r < 0 || r >= E) return err(describe(i) + " records event " + llvm::Twine(r) + ", which does not exist");
-        ran[size_t(r)].push_back(false);
-        recorder[size_t(r)].push_back(i);
+        if (r < 0 || r >= E) return fail(err(describe(i) + " records event " + llvm::Twine(r) + ", which does not exist"));
+        ran_[size_t(r)].push_back(false);
+        recorder_[size_t(r)].push_back(i);
       }
       const int st = int(a.stream());
-      if (st < 0 || st > 3) return err(describe(i) + " is on no stream");
-      queue[st].push_back(std::move(q));
+      if (st < 0 || st > 3) return fail(err(describe(i) + " is on no stream"));
+      queue_[st].push_back(std::move(q));
       continue;
     }
-    Issued q = std::move(queue[pick - 1].front());
-    queue[pick - 1].pop_front();
-    if (auto e = execute(q.action)) return e;
-    if (trace) trace->push_back(q.action);
-    // Its records: the earliest instance of each event this action recorded that has not run.
-    for (int32_t r : s.actions(q.action).records())
-      for (size_t k = 0; k < ran[size_t(r)].size(); ++k)
-        if (!ran[size_t(r)][k] && recorder[size_t(r)][k] == q.action) {
-          ran[size_t(r)][k] = true;
-          break;
-        }
+    Issued q = std::move(queue_[pick - 1].front());
+    queue_[pick - 1].pop_front();
+    if (auto e = runAction(std::move(q), execute, trace)) return e;
   }
+}
+
+llvm::Error simulateStreams(const plan::StreamSchedule &s, const std::vector<int> &actions, uint64_t seed,
+                            const std::function<llvm::Error(int)> &execute, std::vector<int> *trace) {
+  StreamSimulation sim(s);
+  return sim.run(actions, seed, 0, /*carryCpu=*/false, [&](int i, int64_t) { return execute(i); }, trace);
 }
 
 } // namespace megac::stream

@@ -18,18 +18,59 @@
 //   allow. Another seed is another legal interleaving: a schedule missing a
 //   wait gives a wrong read under some seeds, which the executor's version
 //   stamps name.
+// - Overlapping steps (plan.proto's StreamSchedule.overlap_steps): a run may
+//   end once every action is issued and the GPU streams are idle, as
+//   CudaTrainer's step does; the CPU stream's actions left over run in the
+//   next run, beside its actions, and a wait on an event not recorded yet in
+//   that run is a wait on the previous run's record.
 #include "runtime/plan/PlanIO.h"
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <vector>
 
 namespace megac::stream {
 
-// Runs `actions` (indices into s.actions(), in issue order) by calling
-// `execute` on each, in an order the schedule's streams and events allow.
-// Returns execute's first error. `trace`, when given, receives the indices
-// in the order they ran.
+// Runs one action: its index into s.actions() and the tag of the run that issued it.
+using ExecuteAction = std::function<llvm::Error(int action, int64_t tag)>;
+
+class StreamSimulation {
+public:
+  explicit StreamSimulation(const plan::StreamSchedule &s);
+  // Issues `actions` (indices into s.actions(), in issue order) and runs them
+  // by calling `execute`, in an order the streams and events allow. With
+  // `carryCpu`, it returns once every action is issued and the GPU streams
+  // are idle (the CPU stream's actions left run later); else once every
+  // action has run. Returns execute's first error (then the simulation is
+  // reset). `trace`, when given, receives the indices in the order they ran.
+  llvm::Error run(const std::vector<int> &actions, uint64_t seed, int64_t tag, bool carryCpu,
+                  const ExecuteAction &execute, std::vector<int> *trace = nullptr);
+  // Runs the CPU stream's actions left over.
+  llvm::Error drain(const ExecuteAction &execute, std::vector<int> *trace = nullptr);
+  // The tags of the runs whose CPU actions have not all run.
+  std::vector<int64_t> pendingTags() const;
+  bool idle() const;
+  void reset();
+
+private:
+  struct Issued {
+    int action;
+    int64_t tag;
+    std::vector<std::pair<int, int>> tickets; // (event, record instance) that must have run
+  };
+  llvm::Error runAction(Issued q, const ExecuteAction &execute, std::vector<int> *trace);
+  std::string describe(int i) const;
+
+  const plan::StreamSchedule &s_;
+  std::vector<bool> cpuEvent_;
+  // Per event, its record instances in issue order: whether each has run, and by which action.
+  std::vector<std::vector<bool>> ran_;
+  std::vector<std::vector<int>> recorder_;
+  std::deque<Issued> queue_[4];
+};
+
+// One run of `actions` with no carry, on a fresh simulation.
 llvm::Error simulateStreams(const plan::StreamSchedule &s, const std::vector<int> &actions, uint64_t seed,
                             const std::function<llvm::Error(int)> &execute, std::vector<int> *trace = nullptr);
 

@@ -77,17 +77,17 @@ Tensor Trainer::paramTensor(int32_t id) const {
   return t;
 }
 
-void Trainer::updateParam(int32_t id, const float *grad, float lr, float gradScale) {
+void Trainer::updateParam(int32_t id, const float *grad, float lr, float gradScale, int64_t step) {
   const size_t off = size_t(plan_.parameters(id).host_offset());
-  updateParamAt(id, state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, lr, gradScale);
+  updateParamAt(id, state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, lr, gradScale, step);
 }
 
 void Trainer::updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr,
-                            float gradScale) {
+                            float gradScale, int64_t step) {
   const plan::Parameter &p = plan_.parameters(id);
   AdamWHyper h = hyper_;
   h.lr = lr;
-  adamwUpdateParallel(param, grad, m, v, p.numel(), state_.step, h, p.decay(), gradScale);
+  adamwUpdateParallel(param, grad, m, v, p.numel(), step < 0 ? state_.step : step, h, p.decay(), gradScale);
 }
 
 void Trainer::updateOrAccumulate(int32_t id, const float *grad, float lr, std::vector<int> &pending,
@@ -103,6 +103,7 @@ void Trainer::updateOrAccumulate(int32_t id, const float *grad, float lr, std::v
     for (int64_t i = 0; i < p.numel(); ++i) acc[size_t(i)] += grad[i];
   if (--pending[size_t(id)] > 0) return;
   updateParam(id, acc.data(), lr, 1.0f);
+  pending[size_t(id)] = p.units_size(); // ready for the next step's (a step may start before this one's AdamW ends)
   acc.clear();
   acc.shrink_to_fit();
 }

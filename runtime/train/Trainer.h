@@ -112,8 +112,9 @@ public:
   // Each schedule action's (start, end), in seconds from the start of the
   // last micro-batch run with its backward, as this backend measured it
   // ((0, 0): it did not run); empty where the backend does not run the
-  // schedule (`megac run --timeline`).
-  virtual std::vector<std::pair<double, double>> lastActionTimes() const { return {}; }
+  // schedule (`megac run --timeline`). With overlapping steps, it waits for
+  // the last step's host AdamW to end first.
+  virtual std::vector<std::pair<double, double>> lastActionTimes() { return {}; }
 
 protected:
   explicit Trainer(const plan::Plan &p) : plan_(p) {}
@@ -123,9 +124,12 @@ protected:
   // `simulatedDeviceBytes`: host memory the backend takes beyond the host
   // state (the CPU stream executor's simulated GPU memory), checked with it.
   llvm::Error initHostState(int64_t simulatedDeviceBytes = 0);
-  void updateParam(int32_t id, const float *grad, float lr, float gradScale);
+  // `step`: AdamW's bias-correction step (-1: state_.step; a step whose host
+  // AdamW runs on beside the next one passes its own).
+  void updateParam(int32_t id, const float *grad, float lr, float gradScale, int64_t step = -1);
   // The same AdamW step on arrays of the parameter's elsewhere (a resident unit's copies).
-  void updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr, float gradScale);
+  void updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr, float gradScale,
+                     int64_t step = -1);
   // AdamW on parameter `id` from one unit's gradient: at once, or for a
   // parameter several units use (tied weights) summed in partial[id] until
   // the last of pending[id] contributions arrives.

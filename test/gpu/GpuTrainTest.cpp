@@ -267,3 +267,46 @@ TEST(GpuTrainFusedAttention, GradientTakesTheRecomputedForwardFromTheStash) {
 TEST(GpuTokenWeightedStep, TwoMicroBatchesOfUnequalCountsMatchPyTorch) {
   megac::testing::checkTokenWeightedStep(megac::testing::quietCudaTrainer, 1e-4);
 }
+
+// Overlapping steps (the default): each step returns once the GPU is done and
+// its host AdamW runs on beside the next step, whose first copy of each unit
+// waits for it. Five steps back to back, nothing read between them, give the
+// steps-apart run's losses and state bit for bit (tied gpt2 included), and
+// the last step's measured times show its CPU UPDATEs ending after its GPU work.
+TEST(GpuOverlappingSteps, GiveTheStepsApartNumbersBitForBit) {
+  for (const char *model : {"llama", "gpt2"}) {
+    SCOPED_TRACE(model);
+    Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
+    std::vector<double> losses[2];
+    runtime::HostState state[2];
+    for (int overlap = 0; overlap < 2; ++overlap) {
+      plan::Plan p = compileFixturePlan(model, "fp32", codegen::Recompute::All, 16, 0, 0, 0, overlap == 1);
+      ASSERT_EQ(p.schedule().overlap_steps(), overlap == 1);
+      auto gpu = gpuTrainer(p);
+      ASSERT_TRUE(gpu);
+      for (int s = 0; s < 5; ++s) {
+        auto st = gpu->step({{ids, targets}}, 1e-2f);
+        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+        losses[overlap].push_back(st->loss);
+      }
+      const std::vector<std::pair<double, double>> times = gpu->lastActionTimes();
+      ASSERT_EQ(times.size(), size_t(p.schedule().actions_size()));
+      double gpuEnd = 0, cpuEnd = 0;
+      for (int i = 0; i < p.schedule().actions_size(); ++i)
+        (p.schedule().actions(i).stream() == plan::StreamAction::CPU ? cpuEnd : gpuEnd) =
+            std::max(p.schedule().actions(i).stream() == plan::StreamAction::CPU ? cpuEnd : gpuEnd, times[size_t(i)].second);
+      EXPECT_GT(cpuEnd, 0.0) << "the CPU UPDATEs' times are measured";
+      EXPECT_GT(gpuEnd, 0.0);
+      auto l = gpu->evalLoss(ids, targets);
+      ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
+      losses[overlap].push_back(*l);
+      state[overlap] = gpu->currentState();
+    }
+    ASSERT_EQ(losses[0].size(), losses[1].size());
+    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
+    EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
+    EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
+    EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+    EXPECT_EQ(state[1].step, state[0].step);
+  }
+}

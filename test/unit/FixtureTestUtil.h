@@ -125,7 +125,8 @@ inline void expectSameValuesOnRandomInputs(ir::Graph &before, ir::Graph &after, 
 // optimizer: AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1).
 inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16",
                                      codegen::Recompute recompute = codegen::Recompute::All, int64_t seq = 16,
-                                     int residentUnits = 0, float clip = 0, int gpuAdamwUnits = 0) {
+                                     int residentUnits = 0, float clip = 0, int gpuAdamwUnits = 0,
+                                     bool overlapSteps = true) {
   frontend::ImportOptions io;
   io.batch = 2;
   io.seq = seq;
@@ -134,6 +135,7 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
   co.schedule.recompute = recompute;
   co.schedule.residentUnits = residentUnits;
   co.schedule.gpuAdamwUnits = gpuAdamwUnits;
+  co.schedule.overlapSteps = overlapSteps;
   plan::Optimizer &o = co.optimizer;
   o.set_clip(clip);
   o.set_lr(1e-2f);

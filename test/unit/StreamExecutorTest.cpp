@@ -102,22 +102,26 @@ TEST_P(StreamExecutor, BitIdenticalToTheDirectPathUnderEverySeed) {
     float clip;
     int microBatches;
     int gpuAdamw; // at most this many (the fixture's candidates)
+    bool overlap = true;
   };
   const Variant variants[] = {{"streamed", codegen::Recompute::All, 0, 0, 1, 0},
                               {"2 resident units", codegen::Recompute::All, 2, 0, 1, 0},
                               {"kept activations", codegen::Recompute::None, 0, 0, 1, 0},
                               {"2 streamed units' AdamW on the GPU", codegen::Recompute::All, 0, 0, 1, 2},
                               {"--clip 0.5, 2 micro-batches, 1 resident", codegen::Recompute::All, 1, 0.5f, 2, 0},
-                              {"--clip 0.5, 2 micro-batches, 1 AdamW on the GPU", codegen::Recompute::All, 0, 0.5f, 2, 1}};
+                              {"--clip 0.5, 2 micro-batches, 1 AdamW on the GPU", codegen::Recompute::All, 0, 0.5f, 2, 1},
+                              {"steps apart (--overlap-steps off)", codegen::Recompute::All, 0, 0, 1, 0, false},
+                              {"steps apart, 1 resident, 1 AdamW on the GPU", codegen::Recompute::All, 1, 0, 1, 1, false}};
   for (const Variant &v : variants) {
-    plan::Plan p = compileFixturePlan(model, "fp32", v.recompute, 16, v.resident, v.clip);
+    plan::Plan p = compileFixturePlan(model, "fp32", v.recompute, 16, v.resident, v.clip, 0, v.overlap);
     ASSERT_TRUE(p.has_schedule()) << model;
     if (v.gpuAdamw > 0) {
       const int n = std::min(v.gpuAdamw, int(codegen::gpuAdamwCandidates(p).size()));
       ASSERT_GT(n, 0) << model << ": no unit can run its AdamW on the GPU";
-      p = compileFixturePlan(model, "fp32", v.recompute, 16, v.resident, v.clip, n);
+      p = compileFixturePlan(model, "fp32", v.recompute, 16, v.resident, v.clip, n, v.overlap);
       ASSERT_TRUE(plan::anyAdamwOnGpu(p)) << model << " " << v.name;
     }
+    EXPECT_EQ(p.schedule().overlap_steps(), v.overlap && v.clip == 0) << model << " " << v.name;
     RunResult want = train(p, model, direct(), 3, v.microBatches);
     ASSERT_EQ(want.losses.size(), 4u) << model << " " << v.name;
     for (uint64_t seed : {0, 1, 2}) {

@@ -82,11 +82,11 @@ std::string checker(const plan::Plan &p) {
   return e ? llvm::toString(std::move(e)) : std::string();
 }
 
-// The executor's first "schedule:" error over seeds 0..15 (one step each,
-// every read checked), or "". Any other error fails the test: a mutation
-// must be named, not crash the run or change a number.
-std::string executor(const plan::Plan &p, int *seedsCaught) {
-  Tensor ids = loadRef("llama", "input_ids.pb"), targets = loadRef("llama", "targets.pb");
+// The executor's first "schedule:" error over seeds 0..15 (`steps` steps
+// and an evaluation each, every read checked), or "". Any other error fails
+// the test: a mutation must be named, not crash the run or change a number.
+std::string executor(const plan::Plan &p, int *seedsCaught, int steps = 1, const std::string &model = "llama") {
+  Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
   std::string first;
   *seedsCaught = 0;
   for (uint64_t seed = 0; seed < 16; ++seed) {
@@ -95,9 +95,13 @@ std::string executor(const plan::Plan &p, int *seedsCaught) {
     o.checkReads = true;
     auto t = withWeights(runtime::Trainer::create(p, o), p);
     if (!t) return "no trainer";
-    auto st = t->step({{ids, targets}}, 1e-3f);
-    if (st) continue;
-    std::string m = llvm::toString(st.takeError());
+    llvm::Error e = llvm::Error::success();
+    for (int k = 0; k < steps && !e; ++k)
+      if (auto st = t->step({{ids, targets}}, 1e-3f); !st) e = st.takeError();
+    if (!e && steps > 1)
+      if (auto l = t->evalLoss(ids, targets); !l) e = l.takeError();
+    if (!e) continue;
+    std::string m = llvm::toString(std::move(e));
     EXPECT_NE(m.find("schedule: "), std::string::npos) << "seed " << seed << ": " << m;
     ++*seedsCaught;
     if (first.empty()) first = m;
@@ -111,7 +115,8 @@ struct Mutation {
   bool byChecker, byExecutor; // which must catch it
 };
 
-void runMutations(const plan::Plan &b, llvm::ArrayRef<Mutation> mutations) {
+void runMutations(const plan::Plan &b, llvm::ArrayRef<Mutation> mutations, int steps = 1,
+                  const std::string &model = "llama") {
   std::cout << "mutation | checker | executor (seeds of 16 that caught it)\n";
   for (const Mutation &m : mutations) {
     SCOPED_TRACE(m.name);
@@ -119,7 +124,7 @@ void runMutations(const plan::Plan &b, llvm::ArrayRef<Mutation> mutations) {
     m.mutate(p);
     const std::string c = checker(p);
     int seeds = 0;
-    const std::string x = executor(p, &seeds);
+    const std::string x = executor(p, &seeds, steps, model);
     std::cout << m.name << " | " << (c.empty() ? "-" : "caught") << " | "
               << (x.empty() ? "-" : "caught (" + std::to_string(seeds) + ")") << "\n";
     if (!c.empty()) std::cout << "    checker: " << c << "\n";
@@ -246,4 +251,53 @@ TEST(StreamMutation, EveryGpuAdamwMutationIsCaught) {
   int seeds = 0;
   EXPECT_EQ(checker(b), "");
   EXPECT_EQ(executor(b, &seeds), "");
+}
+
+// Overlapping steps: the next step starts while this one's host AdamW runs,
+// so 3 steps and an evaluation each. llama: embed's UPDATE is the step's last
+// action; gpt2's head shares embed's weight (tied), so its first PREFETCH
+// waits embed's update too.
+TEST(StreamMutation, EveryOverlapMutationIsCaught) {
+  const plan::Plan &b = base();
+  ASSERT_TRUE(b.schedule().overlap_steps());
+  using A = plan::StreamAction;
+  const Mutation mutations[] = {
+      {"PREFETCH: the next step's first copy of embed without u0.updated",
+       [](plan::Plan &p) { removeWait(p, action(p, A::PREFETCH, "embed"), "u0.updated"); }, true, true},
+      {"UPDATE: embed's records no u0.updated",
+       [](plan::Plan &p) {
+         plan::StreamAction &u = action(p, A::UPDATE, "embed");
+         std::vector<int> keep;
+         for (int32_t e : u.records())
+           if (e != event(p, "u0.updated")) keep.push_back(e);
+         u.clear_records();
+         for (int e : keep) u.add_records(e);
+       },
+       true, true},
+      {"UPDATE: layer.0's records embed's u0.updated",
+       [](plan::Plan &p) { action(p, A::UPDATE, "layer.0").add_records(event(p, "u0.updated")); }, true, false},
+      // Stricter than needed: the next step's PREFETCH of layer.0 waits for
+      // layer.0's UPDATE, the last from staging slot 0, long before head's
+      // OFFLOAD fills it again.
+      {"OFFLOAD: head's first OFFLOAD into staging 0 without the previous step's s0.free",
+       [](plan::Plan &p) { removeWait(p, action(p, A::OFFLOAD, "head"), "s0.free"); }, true, false},
+  };
+  runMutations(b, mutations, 3);
+
+  static plan::Plan tied = compileFixturePlan("gpt2", "fp32", codegen::Recompute::All, 16, 0);
+  ASSERT_TRUE(tied.schedule().overlap_steps());
+  const std::string head = tied.units(tied.units_size() - 1).name(), embed = tied.units(0).name();
+  // Stricter than needed here: embed's own first PREFETCH, earlier in the
+  // forward, already held the host until that UPDATE ran. The rule stands
+  // for weights tied between later units.
+  const Mutation tiedMutations[] = {
+      {"PREFETCH: gpt2's head without u0.updated (embed's UPDATE ends the tied weight's)",
+       [&](plan::Plan &p) { removeWait(p, action(p, A::PREFETCH, head), "u0.updated"); }, true, false},
+  };
+  runMutations(tied, tiedMutations, 3, "gpt2");
+  int seeds = 0;
+  EXPECT_EQ(checker(b), "");
+  EXPECT_EQ(executor(b, &seeds, 3), "");
+  EXPECT_EQ(checker(tied), "");
+  EXPECT_EQ(executor(tied, &seeds, 3, "gpt2"), "");
 }

@@ -13,10 +13,11 @@ using namespace megac::testing;
 
 namespace {
 
-plan::Plan compileLlama(int weightSlots = 2, int gradSlots = 2) {
+plan::Plan compileLlama(int weightSlots = 2, int gradSlots = 2, bool overlapSteps = false) {
   codegen::ScheduleOptions so;
   so.weightSlots = weightSlots;
   so.gradSlots = gradSlots;
+  so.overlapSteps = overlapSteps;
   return compileFixtureScheduled("llama", so);
 }
 
@@ -87,6 +88,43 @@ TEST(StreamSchedule, LlamaTwoWeightSlotsActionByAction) {
                                                                                   : plan::StreamAction::COMPUTE;
     EXPECT_EQ(a.stream(), stream);
   }
+}
+
+// Overlapping steps (the default): the same actions; each UPDATE also
+// records its unit's "updated" event, which the next step's first PREFETCH
+// of the unit waits (the host's AdamW of the step may still run), and the
+// first OFFLOAD into each staging slot waits its `free` event from the
+// previous step.
+TEST(StreamSchedule, OverlappingStepsWaitForThePreviousStepsUpdates) {
+  plan::Plan p = compileLlama(2, 2, /*overlapSteps=*/true);
+  const plan::StreamSchedule &s = p.schedule();
+  EXPECT_TRUE(s.overlap_steps());
+  std::vector<std::string> want = {
+      "P0 w0 | u0.updated | w0.ready",
+      "P1 w1 | u1.updated | w1.ready",
+      "F0 w0 | w0.ready | w0.free",
+      "P2 w0 | u2.updated w0.free | w0.ready",
+      "F1 w1 | w1.ready | w1.free",
+      "P3 w1 | u3.updated w1.free | w1.ready",
+      "F2 w0 | w0.ready | w0.free",
+      "F3 w1 | w1.ready | w1.free",
+      "B3 w1 g0 | w1.ready | w1.free g0.ready",
+      "O3 g0 | g0.ready s0.free | g0.free s0.ready",
+      "U3 g0 | s0.ready | s0.free u3.updated",
+      "P1 w1 | w1.free | w1.ready",
+      "B2 w0 g1 | w0.ready | w0.free g1.ready",
+      "O2 g1 | g1.ready s1.free | g1.free s1.ready",
+      "U2 g1 | s1.ready | s1.free u2.updated",
+      "P0 w0 | w0.free | w0.ready",
+      "B1 w1 g0 | w1.ready g0.free | w1.free g0.ready",
+      "O1 g0 | g0.ready s0.free | g0.free s0.ready",
+      "U1 g0 | s0.ready | s0.free u1.updated",
+      "B0 w0 g1 | w0.ready g1.free | w0.free g1.ready",
+      "O0 g1 | g1.ready s1.free | g1.free s1.ready",
+      "U0 g1 | s1.ready | s1.free u0.updated",
+  };
+  EXPECT_EQ(render(s), want);
+  EXPECT_FALSE(compileLlama().schedule().overlap_steps());
 }
 
 TEST(StreamSchedule, ThreeWeightSlotsPrefetchTwoAheadAndReuseThreeResidents) {

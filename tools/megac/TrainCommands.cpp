@@ -71,6 +71,12 @@ static cl::opt<std::string> GpuAdamwUnits(
              "step needs first does not end the step (0: every streamed unit steps on the CPU; auto: the units the "
              "cost model predicts shorten the step by 3% or more, within the GPU budget; else none)"),
     cl::init("auto"), cl::value_desc("N|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> OverlapSteps(
+    "overlap-steps",
+    cl::desc("on (default): a step ends when the GPU is done; the host's AdamW of its streamed units runs on beside "
+             "the next step's forward, whose first copy of each unit waits for that unit's update. off: a step ends "
+             "when every update has run"),
+    cl::init("on"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()),
                                         cl::sub(runCmd()));
@@ -271,6 +277,9 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   auto gpuAdamw = codegen::parseGpuAdamwUnits(GpuAdamwUnits);
   if (!gpuAdamw) return gpuAdamw.takeError();
   so.gpuAdamwUnits = *gpuAdamw;
+  if (OverlapSteps != "on" && OverlapSteps != "off")
+    return flagError("--overlap-steps must be on or off, not '" + OverlapSteps + "'");
+  so.overlapSteps = OverlapSteps == "on";
   so.profile = profile;
   so.gpuBudgetBytes = profile.usableGpuBytes();
   if (GpuMem.getNumOccurrences()) {
