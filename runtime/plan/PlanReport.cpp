@@ -111,7 +111,10 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   }
 
   r.pinnedStagingBytes = s.pinned_staging_bytes();
-  r.hostBytes = m.masterWeightBytes + m.adamMomentBytes + m.gradientBytes + r.pinnedStagingBytes;
+  // Saturating, as above: the host-memory check reads an unchecked plan's staging size here.
+  r.hostBytes = 0;
+  for (int64_t part : {m.masterWeightBytes, m.adamMomentBytes, m.gradientBytes, r.pinnedStagingBytes})
+    if (__builtin_add_overflow(r.hostBytes, std::max<int64_t>(part, 0), &r.hostBytes)) r.hostBytes = INT64_MAX;
   r.bytesPerParameter = m.parameters > 0 ? double(r.hostBytes) / double(m.parameters) : 0;
 
   for (const StreamAction &a : s.actions()) {

@@ -27,7 +27,13 @@ HostMemory readHostMemory();
 // the CPU stream executor the plan's GPU memory, simulated in host memory.
 struct HostBill {
   int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0, simulatedDevice = 0;
-  int64_t total() const { return masterWeights + adamMoments + gradients + pinnedStaging + simulatedDevice; }
+  // Saturating: an unchecked plan's sizes may be anything (the bill is read before the checker runs).
+  int64_t total() const {
+    int64_t t = 0;
+    for (int64_t part : {masterWeights, adamMoments, gradients, pinnedStaging, simulatedDevice})
+      if (__builtin_add_overflow(t, part, &t)) return INT64_MAX;
+    return t;
+  }
 };
 llvm::Expected<HostBill> hostBill(const plan::Plan &plan);
 
