@@ -15,7 +15,7 @@ enum class Recompute {
 };
 
 struct ScheduleOptions {
-  int weightSlots = 2; // K >= 2: prefetch runs K-1 units ahead of compute
+  int weightSlots = 2; // K >= 2: prefetch runs K-1 units ahead of compute (-1: auto, codegen/WeightSlotsPolicy.h)
   int gradSlots = 2;   // also the number of pinned host staging slots
   int64_t gpuBudgetBytes = plan::MachineProfile().usableGpuBytes(); // --gpu-mem
   int64_t hostBudgetBytes = 0; // --host-mem; 0: not checked

@@ -121,7 +121,7 @@ def plan_seeds(megac, onnx_dir):
 
 SCHEDULE_FLAGS = [  # the target's plan streams every unit, steps embed and layer.0 on the GPU and recomputes:
     # only the schedule differs
-    ("llama", ["--resident-units", "0", "--gpu-adamw-units", "2"]),
+    ("llama", ["--resident-units", "0", "--gpu-adamw-units", "2", "--weight-slots", "2"]),
     ("llama_slots3", ["--resident-units", "0", "--gpu-adamw-units", "2", "--weight-slots", "3"]),
     ("llama_slots4", ["--resident-units", "0", "--gpu-adamw-units", "2", "--weight-slots", "4"]),
 ]

@@ -5,6 +5,7 @@
 // fixture.
 #include "FixtureTestUtil.h"
 
+#include "codegen/WeightSlotsPolicy.h"
 #include "driver/Compile.h"
 #include "runtime/plan/CostModel.h"
 #include "runtime/plan/StreamLayout.h"
@@ -785,4 +786,28 @@ TEST(CostModel, OverlappingStepsHideTheHostAdamWTail) {
   double path = 0;
   for (double x : o->criticalPath) path += x;
   EXPECT_NEAR(path, o->stepSeconds, 1e-9 * o->stepSeconds);
+}
+
+// --weight-slots auto: 2 where every unit steps on the host; where streamed
+// units step on the GPU, the fewest of 2 to 4 predicted within 0.5% of the
+// fastest, never slower than 2 slots.
+TEST(WeightSlotsPolicy, MoreSlotsOnlyWhereUnitsStepOnTheGpuAndTheModelGains) {
+  codegen::ScheduleOptions so;
+  so.residentUnits = 0;
+  so.gpuAdamwUnits = 0;
+  so.weightSlots = -1;
+  EXPECT_EQ(compileFixtureScheduled("llama", so).schedule().weight_slots(), 2);
+  so.gpuAdamwUnits = 2;
+  plan::Plan chosen = compileFixtureScheduled("llama", so);
+  const int k = chosen.schedule().weight_slots();
+  EXPECT_GE(k, 2);
+  EXPECT_LE(k, 4);
+  so.weightSlots = 2;
+  plan::Plan two = compileFixtureScheduled("llama", so);
+  auto a = plan::predictStep(chosen, so.profile), b = plan::predictStep(two, so.profile);
+  ASSERT_TRUE(a && b);
+  EXPECT_LE(a->stepSeconds, b->stepSeconds * (1 + 1e-12));
+  EXPECT_EQ(k, 3) << "the llama fixture with embed and layer.0 on the GPU (lit gpu-adamw-units.test)";
+  EXPECT_FALSE(bool(codegen::parseWeightSlots("1")));
+  EXPECT_EQ(*codegen::parseWeightSlots("auto"), -1);
 }
