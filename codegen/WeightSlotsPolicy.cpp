@@ -16,9 +16,7 @@ llvm::Expected<int> parseWeightSlots(llvm::StringRef s) {
 }
 
 llvm::Error applyWeightSlotsPolicy(plan::Plan &p, ScheduleOptions &o) {
-  if (o.weightSlots >= 2) return llvm::Error::success();
-  o.weightSlots = 2;
-  if (!plan::anyAdamwOnGpu(p)) return buildStreamSchedule(p, o);
+  if (!plan::anyAdamwOnGpu(p)) return llvm::Error::success(); // the schedule as built, with 2 slots
   // Counts 0..2 over 2, 3 and 4 slots; o is rebuilt with each.
   auto extra = fewestNearFastest(p, o, 2, [&](int n) { o.weightSlots = 2 + n; });
   if (!extra) return extra.takeError();

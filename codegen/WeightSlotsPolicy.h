@@ -14,9 +14,10 @@ namespace megac::codegen {
 // "auto" -> -1, else K >= 2.
 llvm::Expected<int> parseWeightSlots(llvm::StringRef s);
 
-// Runs after the GPU-AdamW policy (whose choice it needs) and before the
-// recompute policy, which then plans with the slots chosen: resolves
-// o.weightSlots where it is -1 and rebuilds the schedule.
+// `--weight-slots auto`: runs after the GPU-AdamW policy (whose choice it
+// needs; the policies before it plan with o.weightSlots = 2) and before the
+// recompute policy, which then plans with the slots chosen. Sets
+// o.weightSlots and, where it is not 2, rebuilds the schedule.
 llvm::Error applyWeightSlotsPolicy(plan::Plan &p, ScheduleOptions &o);
 
 } // namespace megac::codegen

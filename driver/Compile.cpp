@@ -29,15 +29,15 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   auto plan = buildPlan(**g, opts);
   if (!plan) return plan.takeError();
   if (auto e = plan::applyNoDecay(*plan)) return std::move(e);
-  // The policies before the slots are chosen plan with 2 weight slots.
+  // --weight-slots auto: the policies before it plan with 2 weight slots.
   ScheduleOptions so = co.schedule;
   const bool slotsAuto = so.weightSlots < 2;
   if (slotsAuto) so.weightSlots = 2;
   if (auto e = applyResidentPolicy(*plan, so)) return std::move(e);
   // Before the recompute policy, whose auto fills the GPU memory left.
   if (auto e = applyGpuAdamwPolicy(*plan, so)) return std::move(e);
-  if (slotsAuto) so.weightSlots = -1;
-  if (auto e = applyWeightSlotsPolicy(*plan, so)) return std::move(e);
+  if (slotsAuto)
+    if (auto e = applyWeightSlotsPolicy(*plan, so)) return std::move(e);
   if (auto e = applyRecomputePolicy(*plan, so)) return std::move(e);
   return plan;
 }

@@ -36,8 +36,8 @@ StreamSimulation::StreamSimulation(const plan::StreamSchedule &s) : s_(s) {
 }
 
 void StreamSimulation::reset() {
-  ran_.assign(size_t(s_.events_size()), {});
-  recorder_.assign(size_t(s_.events_size()), {});
+  records_.assign(size_t(s_.events_size()), {});
+  dropped_.assign(size_t(s_.events_size()), 0);
   for (auto &q : queue_) q.clear();
 }
 
@@ -68,12 +68,15 @@ llvm::Error StreamSimulation::runAction(Issued q, const ExecuteAction &execute, 
   }
   if (trace) trace->push_back(q.action);
   // Its records: the earliest instance of each event this action recorded that has not run.
-  for (int32_t r : s_.actions(q.action).records())
-    for (size_t k = 0; k < ran_[size_t(r)].size(); ++k)
-      if (!ran_[size_t(r)][k] && recorder_[size_t(r)][k] == q.action) {
-        ran_[size_t(r)][k] = true;
+  for (int32_t r : s_.actions(q.action).records()) {
+    std::deque<Record> &rs = records_[size_t(r)];
+    for (Record &rec : rs)
+      if (!rec.ran && rec.action == q.action) {
+        rec.ran = true;
         break;
       }
+    for (; rs.size() > 1 && rs.front().ran; ++dropped_[size_t(r)]) rs.pop_front();
+  }
   return llvm::Error::success();
 }
 
@@ -82,10 +85,8 @@ llvm::Error StreamSimulation::drain(const ExecuteAction &execute, std::vector<in
     bool moved = false;
     for (auto &queue : queue_) {
       if (queue.empty()) continue;
-      Issued q = queue.front();
-      bool ready = true;
-      for (auto [e, k] : q.tickets) ready &= bool(ran_[size_t(e)][size_t(k)]);
-      if (!ready) continue;
+      if (!ready(queue.front())) continue;
+      Issued q = std::move(queue.front());
       queue.pop_front();
       if (auto e = runAction(std::move(q), execute, trace)) return e;
       moved = true;
@@ -111,17 +112,13 @@ llvm::Error StreamSimulation::run(const std::vector<int> &actions, uint64_t seed
   int rank[5] = {0, 1, 2, 3, 4};
   for (int k = 4; k > 0; --k) std::swap(rank[k], rank[gen.next() % uint64_t(k + 1)]);
 
-  auto ready = [&](const Issued &q) {
-    for (auto [e, k] : q.tickets)
-      if (!ran_[size_t(e)][size_t(k)]) return false;
-    return true;
-  };
   // Whether the host is held back from issuing action i: it waits a CPU event whose latest record has not run.
   auto hostBlocked = [&](int i) {
     const plan::StreamAction &a = s_.actions(i);
     if (a.stream() == plan::StreamAction::CPU) return false;
     for (int32_t w : a.waits())
-      if (w >= 0 && w < E && cpuEvent_[size_t(w)] && !ran_[size_t(w)].empty() && !ran_[size_t(w)].back()) return true;
+      if (w >= 0 && w < E && cpuEvent_[size_t(w)] && !records_[size_t(w)].empty() && !records_[size_t(w)].back().ran)
+        return true;
     return false;
   };
   auto fail = [&](llvm::Error e) {
@@ -146,8 +143,9 @@ llvm::Error StreamSimulation::run(const std::vector<int> &actions, uint64_t seed
         if (q.empty()) continue;
         stuck += "\n  " + describe(q.front().action) + " waits";
         for (auto [e, k] : q.front().tickets)
-          if (!ran_[size_t(e)][size_t(k)])
-            stuck += " " + s_.events(e) + " (recorded by " + describe(recorder_[size_t(e)][size_t(k)]) + ", not run)";
+          if (!hasRun(e, k))
+            stuck += " " + s_.events(e) + " (recorded by " +
+                     describe(records_[size_t(e)][size_t(k - dropped_[size_t(e)])].action) + ", not run)";
       }
       if (!issued) stuck += "\n  the host cannot issue " + describe(actions[next]) + ": it waits a CPU event not recorded yet";
       return fail(err("the schedule deadlocks:" + stuck));
@@ -166,12 +164,12 @@ llvm::Error StreamSimulation::run(const std::vector<int> &actions, uint64_t seed
       for (int32_t w : a.waits()) {
         if (w < 0 || w >= E) return fail(err(describe(i) + " waits event " + llvm::Twine(w) + ", which does not exist"));
         if (cpuEvent_[size_t(w)] && a.stream() != plan::StreamAction::CPU) continue; // the host waited for it
-        if (!ran_[size_t(w)].empty()) q.tickets.push_back({w, int(ran_[size_t(w)].size()) - 1});
+        if (!records_[size_t(w)].empty())
+          q.tickets.push_back({w, dropped_[size_t(w)] + int64_t(records_[size_t(w)].size()) - 1});
       }
       for (int32_t r : a.records()) {
         if (r < 0 || r >= E) return fail(err(describe(i) + " records event " + llvm::Twine(r) + ", which does not exist"));
-        ran_[size_t(r)].push_back(false);
-        recorder_[size_t(r)].push_back(i);
+        records_[size_t(r)].push_back({i, false});
       }
       const int st = int(a.stream());
       if (st < 0 || st > 3) return fail(err(describe(i) + " is on no stream"));

@@ -57,16 +57,33 @@ private:
   struct Issued {
     int action;
     int64_t tag;
-    std::vector<std::pair<int, int>> tickets; // (event, record instance) that must have run
+    std::vector<std::pair<int, int64_t>> tickets; // (event, record instance) that must have run
+  };
+  // One record of an event: the action that records it, and whether it has run.
+  struct Record {
+    int action;
+    bool ran;
   };
   llvm::Error runAction(Issued q, const ExecuteAction &execute, std::vector<int> *trace);
   std::string describe(int i) const;
+  // Whether record instance k of event e has run (instances count from the first run).
+  bool hasRun(int e, int64_t k) const {
+    return k < dropped_[size_t(e)] || records_[size_t(e)][size_t(k - dropped_[size_t(e)])].ran;
+  }
+  bool ready(const Issued &q) const {
+    for (auto [e, k] : q.tickets)
+      if (!hasRun(e, k)) return false;
+    return true;
+  }
 
   const plan::StreamSchedule &s_;
   std::vector<bool> cpuEvent_;
-  // Per event, its record instances in issue order: whether each has run, and by which action.
-  std::vector<std::vector<bool>> ran_;
-  std::vector<std::vector<int>> recorder_;
+  // Per event, its record instances in issue order from the first that has
+  // not run (the last one kept even when it has): the simulation lives over a
+  // whole run of steps, so instances that have run are dropped as they go
+  // (dropped_ counts them), which keeps every lookup short.
+  std::vector<std::deque<Record>> records_;
+  std::vector<int64_t> dropped_;
   std::deque<Issued> queue_[4];
 };
 
