@@ -9,14 +9,16 @@
 # It needs, carried into the repo (ignored paths):
 #   BUILD_DIR                 megac built with CUDA (e.g. .dev/build-cuda)
 #   .bench/bench2.8b.onnx     tools/export_shapes_only.py --preset bench2.8b .bench/bench2.8b.onnx
-# Results in $OUT: megac_steps.jsonl, megac_{stream_cpu_adamw,stream,stream_accum}_steps.jsonl, predict_*.txt,
+# Results in $OUT: megac_steps.jsonl, megac_{stream_cpu_adamw,stream,stream_accum,stream_accum_passes}_steps.jsonl, predict_*.txt,
 # baseline_gpu.json, baseline_fsdp_fused.json, baseline_deepspeed.json, bench2.8b.json, and the table
 # on stdout. The plan (~270 MB) stays in $WORK (default /tmp/megac-bench) so it
 # does not travel back. About 3-4 minutes of device time; every stage has its own time limit (670 s in all at most).
 #
 # Rows beside the default plan (STREAMED=1, the default): every unit streamed (`--resident-units 0`),
 # with the AdamW of every unit on the host (`--gpu-adamw-units 0`) and as the GPU-AdamW policy
-# chooses, and with `--grad-accum 8` (131k tokens a step; ACCUM_STEPS=3 steps). The DeepSpeed ZeRO-3
+# chooses, and with `--grad-accum 8` (131k tokens a step; ACCUM_STEPS=3 steps) in one pass (each unit
+# streams in once a step) and in 8 passes (`--micro-batches-per-pass 1`). GPU_MEM=G adds
+# `--gpu-mem G` to every compile (an H100: 70; the built-in profile is the H200's). The DeepSpeed ZeRO-3
 # offload peer (bench/peer_deepspeed.py) runs where .whl/ was carried (bench/fetch_deepspeed.sh
 # here; DEEPSPEED=0 skips it): about 4 more minutes. With every row and peer the script needs more
 # than one 600 s device call: PEERS=0 or STREAMED=0 split it.
@@ -33,6 +35,7 @@ PY=${PY:-/opt/torch/.venv/bin/python}
 [ -x "$PY" ] || PY=python3
 MEGAC_RUN_FLAGS=${MEGAC_RUN_FLAGS:-}
 STEPS=${STEPS:-6}
+GPU_MEM_FLAG=${GPU_MEM:+--gpu-mem $GPU_MEM}
 MODEL=.bench/bench2.8b.onnx
 PEER=bench/peer_pytorch.py
 # cuDNN 9 (megac's bf16 attention) comes with torch on the GPU machine.
@@ -55,7 +58,8 @@ echo "cpu: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 |
 
 stage "megac compile (batch 8 x seq 2048, default compute)"
 t0=$SECONDS
-timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 -o "$WORK/b.plan" 2>&1 | tail -5
+# shellcheck disable=SC2086
+timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 $GPU_MEM_FLAG -o "$WORK/b.plan" 2>&1 | tail -5
 compile_rc=${PIPESTATUS[0]}
 echo "compile: rc $compile_rc, $((SECONDS - t0)) s"
 
@@ -101,7 +105,7 @@ stream_row() {
   local name=$1 steps=$2 cflags=$3 rflags=${4:-}
   stage "megac row '$name': compile $cflags, $steps steps $rflags"
   # shellcheck disable=SC2086
-  timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 $cflags -o "$WORK/$name.plan" 2>&1 | tail -2
+  timeout 150 "$BUILD/megac" compile "$MODEL" --batch 8 --seq 2048 $GPU_MEM_FLAG $cflags -o "$WORK/$name.plan" 2>&1 | tail -2
   # shellcheck disable=SC2086
   timeout 60 "$BUILD/megac" plan "$WORK/$name.plan" $prof_flag 2>&1 |
     grep -E "AdamW on the GPU|resident units:|moment slots|step time|busy:|critical path|bottleneck|host to device|device to host" |
@@ -119,7 +123,10 @@ stream_row() {
 if [ "$run_rc" = 0 ] && [ "${STREAMED:-1}" = 1 ]; then
   stream_row stream_cpu_adamw "$STEPS" "--resident-units 0 --gpu-adamw-units 0"
   stream_row stream "$STEPS" "--resident-units 0"
+  # One pass of 8 (layer-major: each unit streams in once a step; auto picks the most that fit),
+  # and 8 passes of 1 (each micro-batch streams every unit; the gradients summed on the host).
   stream_row stream_accum "${ACCUM_STEPS:-3}" "--resident-units 0 --grad-accum 8"
+  stream_row stream_accum_passes "${ACCUM_STEPS:-3}" "--resident-units 0 --grad-accum 8 --micro-batches-per-pass 1"
 fi
 
 # PEERS=0 skips the PyTorch peers (a quick megac-only run; the table then lists them as failed).
@@ -181,7 +188,8 @@ def megac_row(name, label, tokens):
 
 megac_row("megac_stream_cpu_adamw_steps.jsonl", "megac, all streamed, AdamW on the host", TOKENS)
 megac_row("megac_stream_steps.jsonl", "megac, all streamed (--resident-units 0)", TOKENS)
-megac_row("megac_stream_accum_steps.jsonl", "megac, all streamed, --grad-accum 8", 8 * TOKENS)
+megac_row("megac_stream_accum_steps.jsonl", "megac, all streamed, --grad-accum 8, one pass", 8 * TOKENS)
+megac_row("megac_stream_accum_passes_steps.jsonl", "megac, all streamed, --grad-accum 8, 8 passes", 8 * TOKENS)
 for mode, label, then in (("gpu", "PyTorch, all on the GPU (bf16 autocast)", 0.924),
                           ("fsdp_fused", "PyTorch FSDP2 CPU offload, fused CPU AdamW", 1.946),
                           ("deepspeed", "DeepSpeed ZeRO-3 offload, DeepSpeedCPUAdam", 2.579)):

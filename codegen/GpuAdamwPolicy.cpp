@@ -40,9 +40,8 @@ llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o) {
     setOnGpu(0, o.gpuAdamwUnits);
     return buildStreamSchedule(p, o);
   }
-  const plan::Optimizer &opt = p.optimizer();
   int bestFrom = 0, best = 0;
-  if (opt.clip() <= 0 && opt.grad_accum() <= 1 && most > 0) {
+  if (!plan::stepKeepsGradients(p) && most > 0) {
     // From the first candidate, and from the second: the first is often the
     // embedding, the largest unit (a Llama-3 vocabulary: 525M parameters),
     // whose moments over PCIe may cost more than its host AdamW.

@@ -46,9 +46,8 @@ llvm::Error applyResidentPolicy(plan::Plan &p, const ScheduleOptions &o) {
     setResident(o.residentUnits);
     return buildStreamSchedule(p, o);
   }
-  const plan::Optimizer &opt = p.optimizer();
   int best = 0;
-  if (opt.clip() <= 0 && opt.grad_accum() <= 1) {
+  if (!plan::stepKeepsGradients(p)) { // else AdamW runs on the host after the step, for every unit
     auto n = fewestNearFastest(p, o, most, setResident);
     if (!n) return n.takeError();
     best = *n;

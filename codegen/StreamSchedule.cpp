@@ -91,14 +91,18 @@ public:
     m->add_records(event('m', k, true));
   }
 
-  int forward(int unit) {
+  // The FORWARD of micro-batch m; the pass's last one frees the weight slot.
+  int forward(int unit, int m, bool lastMicroBatch) {
     int k = weightSlotOf(unit);
     StreamAction *a = add(StreamAction::FORWARD, StreamAction::COMPUTE, unit);
+    a->set_micro_batch(m);
     if (k >= 0) {
       a->set_weight_slot(k);
       a->add_waits(event('w', k, true));
-      a->add_records(event('w', k, false));
-      wFreeRecorded_[size_t(k)] = true;
+      if (lastMicroBatch) {
+        a->add_records(event('w', k, false));
+        wFreeRecorded_[size_t(k)] = true;
+      }
     }
     return s_.actions_size() - 1;
   }
@@ -108,19 +112,23 @@ public:
   // g on the compute stream. Returns the BACKWARD's index.
   // An adamw_on_gpu unit: BACKWARD, its UPDATE on the compute stream into
   // the weight and moment slots, then WRITEBACK, which frees both slots.
-  int backward(int unit, int g) {
+  // Micro-batch m of the pass: the first waits for the grad slot, the later
+  // ones add to it; only the last is followed by the rest.
+  int backward(int unit, int g, int m, bool lastMicroBatch) {
     int k = weightSlotOf(unit);
     const bool onGpu = k >= 0 && p_.units(unit).adamw_on_gpu();
     StreamAction *b = add(StreamAction::BACKWARD, StreamAction::COMPUTE, unit);
     b->set_grad_slot(g);
+    b->set_micro_batch(m);
     if (k >= 0) {
       b->set_weight_slot(k);
       b->add_waits(event('w', k, true));
     }
-    if (gFreeRecorded_[size_t(g)]) b->add_waits(event('g', g, false));
+    if (m == 0 && gFreeRecorded_[size_t(g)]) b->add_waits(event('g', g, false));
+    int index = s_.actions_size() - 1;
+    if (!lastMicroBatch) return index;
     if (k >= 0 && !onGpu) b->add_records(event('w', k, false));
     b->add_records(event('g', g, true));
-    int index = s_.actions_size() - 1;
     gFreeRecorded_[size_t(g)] = true;
 
     if (k < 0 || onGpu) { // AdamW on the GPU, on the compute stream, from grad slot g
@@ -179,10 +187,12 @@ private:
   std::vector<bool> prefetched_;   // per unit: a PREFETCH of it was issued this step
 };
 
-void addRegion(plan::StreamSchedule &s, DeviceRegion::Kind kind, int index, int64_t bytes, int first, int last) {
+void addRegion(plan::StreamSchedule &s, DeviceRegion::Kind kind, int index, int64_t bytes, int first, int last,
+               int microBatch = 0) {
   DeviceRegion *r = s.add_regions();
   r->set_kind(kind);
   r->set_index(index);
+  r->set_micro_batch(microBatch);
   r->set_bytes(plan::alignUp(bytes));
   r->set_first_action(first);
   r->set_last_action(last);
@@ -195,6 +205,11 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   if (K < 2) return err("--weight-slots must be at least 2 (got " + llvm::Twine(K) + "): one slot computes while the next fills");
   if (G < 1) return err("the schedule needs at least one grad slot (got " + llvm::Twine(G) + ")");
   if (N == 0) return err("the plan has no units to schedule");
+  const int64_t accum = std::max<int64_t>(p.optimizer().grad_accum(), 1);
+  const int M = o.microBatches;
+  if (M < 1 || accum % M != 0)
+    return err("--micro-batches-per-pass " + llvm::Twine(M) + " does not divide --grad-accum " + llvm::Twine(accum) +
+               ": each pass carries the same number of micro-batches");
   for (int u = 0; u < N; ++u)
     if (p.units(u).adamw_on_gpu() && (p.units(u).resident() || !plan::canBeResident(p, u)))
       return err("unit '" + p.units(u).name() + "' cannot run its AdamW on the GPU while it streams: it is resident, "
@@ -204,16 +219,20 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   s.set_weight_slots(K);
   s.set_grad_slots(G);
   s.set_gpu_budget_bytes(o.gpuBudgetBytes);
-  // A step that keeps its gradients (--clip, --grad-accum) runs the host's
-  // AdamW after its last micro-batch: nothing to overlap.
-  const bool overlap = o.overlapSteps && p.optimizer().clip() <= 0 && p.optimizer().grad_accum() <= 1;
+  s.set_micro_batches(M);
+  // A step that keeps its gradients (--clip, or more than one pass) runs the
+  // host's AdamW after its last micro-batch: nothing to overlap.
+  const bool overlap = o.overlapSteps && !plan::stepKeepsGradients(p);
   s.set_overlap_steps(overlap);
 
-  // Actions. PREFETCH of streamed unit i+K-1 is issued before the FORWARD of
-  // streamed unit i, so the H2D stream runs K-1 units ahead of compute; the
-  // backward (units in reverse) the same. Resident units need no PREFETCH.
+  // Actions. PREFETCH of streamed unit i+K-1 is issued before the FORWARDs
+  // of streamed unit i, so the H2D stream runs K-1 units ahead of compute;
+  // the backward (units in reverse) the same. Resident units need no
+  // PREFETCH. Each unit runs the pass's M micro-batches in turn.
   ActionBuilder ab(s, p, K, G, overlap);
-  std::vector<int> fwdAt(static_cast<size_t>(N)), bwdAt(static_cast<size_t>(N));
+  // [unit * M + micro-batch] -> action index
+  std::vector<int> fwdAt(size_t(N) * size_t(M)), bwdAt(size_t(N) * size_t(M));
+  auto at = [M](int u, int m) { return size_t(u) * size_t(M) + size_t(m); };
   auto issue = [&](const std::vector<int> &order, auto &&compute) {
     std::vector<int> streamed;
     for (int u : order)
@@ -227,10 +246,14 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   };
   std::vector<int> forwardOrder(static_cast<size_t>(N));
   for (int i = 0; i < N; ++i) forwardOrder[size_t(i)] = i;
-  issue(forwardOrder, [&](size_t, int u) { fwdAt[size_t(u)] = ab.forward(u); });
+  issue(forwardOrder, [&](size_t, int u) {
+    for (int m = 0; m < M; ++m) fwdAt[at(u, m)] = ab.forward(u, m, m == M - 1);
+  });
   std::vector<int> backwardOrder(forwardOrder.rbegin(), forwardOrder.rend());
   ab.inBackward = true;
-  issue(backwardOrder, [&](size_t b, int u) { bwdAt[size_t(u)] = ab.backward(u, int(b % size_t(G))); });
+  issue(backwardOrder, [&](size_t b, int u) {
+    for (int m = 0; m < M; ++m) bwdAt[at(u, m)] = ab.backward(u, int(b % size_t(G)), m, m == M - 1);
+  });
   const int last = s.actions_size() - 1;
 
   // Regions with their lifetimes (action indices, inclusive).
@@ -266,33 +289,36 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
     int64_t bytes = plan::typeBytes(act.type());
     if (bytes < 0) return err("activation '" + act.name() + "' has no size");
     int pu = producer[size_t(a)];
-    if (pu < 0) { // tokens and targets: copied in before the step
-      addRegion(s, DeviceRegion::DATA, a, bytes, 0, last);
-      continue;
+    for (int m = 0; m < M; ++m) {
+      if (pu < 0) { // tokens and targets: copied in before the step
+        addRegion(s, DeviceRegion::DATA, a, bytes, 0, last, m);
+        continue;
+      }
+      // Written by the producer's FORWARD, read until the last consumer's
+      // BACKWARD (the loss: until the host reads it after the step).
+      int readEnd = fwdAt[at(pu, m)];
+      for (auto [c, k] : consumers[size_t(a)]) readEnd = std::max(readEnd, bwdAt[at(c, m)]);
+      if (act.kind() == plan::Activation::LOSS) readEnd = last;
+      addRegion(s, DeviceRegion::CHECKPOINT, a, bytes, fwdAt[at(pu, m)], readEnd, m);
+      // Its gradient: summed by the consumers' BACKWARDs (the first one in
+      // issue order writes it), read by the producer's BACKWARD. Where no
+      // consumer gives a gradient (the loss: the seed), the runtime fills it
+      // just before the producer's BACKWARD.
+      int gradFirst = bwdAt[at(pu, m)];
+      for (auto [c, k] : consumers[size_t(a)]) {
+        const plan::Template &t = p.templates(p.units(c).template_id());
+        if (k < t.input_has_gradient_size() && t.input_has_gradient(k)) gradFirst = std::min(gradFirst, bwdAt[at(c, m)]);
+      }
+      addRegion(s, DeviceRegion::ACTIVATION_GRAD, a, bytes, gradFirst, bwdAt[at(pu, m)], m);
     }
-    // Written by the producer's FORWARD, read until the last consumer's
-    // BACKWARD (the loss: until the host reads it after the step).
-    int readEnd = fwdAt[size_t(pu)];
-    for (auto [c, k] : consumers[size_t(a)]) readEnd = std::max(readEnd, bwdAt[size_t(c)]);
-    if (act.kind() == plan::Activation::LOSS) readEnd = last;
-    addRegion(s, DeviceRegion::CHECKPOINT, a, bytes, fwdAt[size_t(pu)], readEnd);
-    // Its gradient: summed by the consumers' BACKWARDs (the first one in
-    // issue order writes it), read by the producer's BACKWARD. Where no
-    // consumer gives a gradient (the loss: the seed), the runtime fills it
-    // just before the producer's BACKWARD.
-    int gradFirst = bwdAt[size_t(pu)];
-    for (auto [c, k] : consumers[size_t(a)]) {
-      const plan::Template &t = p.templates(p.units(c).template_id());
-      if (k < t.input_has_gradient_size() && t.input_has_gradient(k)) gradFirst = std::min(gradFirst, bwdAt[size_t(c)]);
-    }
-    addRegion(s, DeviceRegion::ACTIVATION_GRAD, a, bytes, gradFirst, bwdAt[size_t(pu)]);
   }
   // A unit that keeps its activations holds its saved values from its
   // FORWARD to its BACKWARD.
   for (int u = 0; u < N; ++u)
     if (plan::keepsActivations(p, u))
-      addRegion(s, DeviceRegion::SAVED, u, plan::savedLayout(p.templates(p.units(u).template_id())).bytes,
-                fwdAt[size_t(u)], bwdAt[size_t(u)]);
+      for (int m = 0; m < M; ++m)
+        addRegion(s, DeviceRegion::SAVED, u, plan::savedLayout(p.templates(p.units(u).template_id())).bytes,
+                  fwdAt[at(u, m)], bwdAt[at(u, m)], m);
   addRegion(s, DeviceRegion::ARENA, 0, plan::largestArenaBytes(p), 0, last);
   addRegion(s, DeviceRegion::WORKSPACE, 0, plan::workspaceBudgetBytes(p), 0, last);
   addRegion(s, DeviceRegion::CONSTANTS, 0, plan::constantsLayout(p).bytes, 0, last);
@@ -300,8 +326,8 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   std::vector<plan::Interval> blocks;
   for (const DeviceRegion &r : s.regions()) blocks.push_back({r.first_action(), r.last_action(), r.bytes()});
   int64_t deviceBytes = 0;
-  std::vector<int64_t> at = plan::placeIntervals(blocks, &deviceBytes);
-  for (int i = 0; i < s.regions_size(); ++i) s.mutable_regions(i)->set_offset(at[size_t(i)]);
+  std::vector<int64_t> offsets = plan::placeIntervals(blocks, &deviceBytes);
+  for (int i = 0; i < s.regions_size(); ++i) s.mutable_regions(i)->set_offset(offsets[size_t(i)]);
   s.set_device_bytes(deviceBytes);
   return llvm::Error::success();
 }

@@ -1,5 +1,5 @@
 #pragma once
-// The streaming schedule of one micro-batch step (issue 4): which stream does
+// The streaming schedule of one pass of a step (issue 4): which stream does
 // what in which order, the events that link them, and where each device
 // buffer lives (Plan.schedule; plan.proto says what the runtime does with it).
 #include "runtime/plan/MachineProfile.h"
@@ -26,6 +26,10 @@ struct ScheduleOptions {
   // --overlap-steps: the host's AdamW of a step runs on beside the next
   // step's forward (plan.proto's StreamSchedule.overlap_steps).
   bool overlapSteps = true;
+  // --micro-batches-per-pass: micro-batches each pass carries through every
+  // unit (layer-major accumulation); divides the plan's grad_accum (-1: auto,
+  // codegen/MicroBatchPolicy.h).
+  int microBatches = 1;
 };
 
 // Fills plan.schedule from the units' resident and keep_activations choices.

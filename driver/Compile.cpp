@@ -2,6 +2,7 @@
 
 #include "codegen/Budget.h"
 #include "codegen/GpuAdamwPolicy.h"
+#include "codegen/MicroBatchPolicy.h"
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
 #include "codegen/WeightSlotsPolicy.h"
@@ -33,7 +34,17 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   ScheduleOptions so = co.schedule;
   const bool slotsAuto = so.weightSlots < 2;
   if (slotsAuto) so.weightSlots = 2;
-  if (auto e = applyResidentPolicy(*plan, so)) return std::move(e);
+  // Micro-batches per pass before resident units' auto, which fills the GPU
+  // memory left; after an explicit --resident-units, which it must fit beside.
+  const int perPass = so.microBatches;
+  if (so.residentUnits >= 0) {
+    so.microBatches = 1; // until the policy below sets it
+    if (auto e = applyResidentPolicy(*plan, so)) return std::move(e);
+    so.microBatches = perPass;
+  }
+  if (auto e = applyMicroBatchPolicy(*plan, so)) return std::move(e);
+  if (so.residentUnits < 0)
+    if (auto e = applyResidentPolicy(*plan, so)) return std::move(e);
   // Before the recompute policy, whose auto fills the GPU memory left.
   if (auto e = applyGpuAdamwPolicy(*plan, so)) return std::move(e);
   if (slotsAuto)

@@ -16,14 +16,17 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <tuple>
 
 namespace megac::cuda {
 
@@ -77,6 +80,7 @@ struct UpdateJob {
   int64_t pass = 0; // the micro-batch that issued it
   std::chrono::steady_clock::time_point passStart; // its start (the job's measured times)
   std::vector<float> *grads = nullptr; // --clip/--grad-accum: accumulate instead of updating
+  bool stepWhenSummed = false;         // with grads: then step each parameter whose sum is complete
 };
 
 class CudaTrainer final : public Trainer {
@@ -89,6 +93,12 @@ public:
   llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets) override;
   llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                          std::vector<float> *grads, float lr) override;
+  int microBatchesPerPass() const override { return M_; }
+  llvm::Expected<std::vector<double>> forwardBackwardPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                                          const std::vector<float> &lossScales,
+                                                          std::vector<float> *grads, float lr,
+                                                          bool stepWhenSummed = false) override;
+  llvm::Expected<std::vector<double>> evalLosses(const std::vector<std::pair<Tensor, Tensor>> &batches) override;
   const char *device() const override { return "cuda"; }
   bool runsSchedule() const override { return true; }
   std::string arithmetic() const override { return plan_.compute(); }
@@ -102,12 +112,15 @@ protected:
   void syncHostState(bool callerWrites) override;
 
 private:
-  // Runs the schedule for one micro-batch (forward only when !backward).
-  llvm::Error runMicroBatch(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale, float lr,
-                            std::vector<float> *grads, double &loss, double laneBusy[4]);
-  uint8_t *region(plan::DeviceRegion::Kind kind, int32_t index, int64_t atLeast, llvm::Error &e);
-  llvm::Expected<void *> activationBuffer(int32_t act);
-  llvm::Expected<void *> activationGradBuffer(int32_t act);
+  // Runs the schedule for one pass of its micro-batches (forward only when
+  // !backward; a forward-only pass may be given fewer: the rest repeat the
+  // last one's data, their losses dropped). Each micro-batch's loss.
+  llvm::Error runPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches, bool backward,
+                      const std::vector<float> &lossScales, float lr, std::vector<float> *grads,
+                      std::vector<double> &losses, double laneBusy[4], bool stepWhenSummed = false);
+  uint8_t *region(plan::DeviceRegion::Kind kind, int32_t index, int64_t atLeast, llvm::Error &e, int microBatch = 0);
+  llvm::Expected<void *> activationBuffer(int32_t act, int microBatch);
+  llvm::Expected<void *> activationGradBuffer(int32_t act, int microBatch);
   cudaStream_t streamOf(plan::StreamAction::Stream s) const;
   void optimizerLoop();
   void runUpdate(const UpdateJob &job);
@@ -147,8 +160,10 @@ private:
   void *extraWorkspace_ = nullptr; // kernels' scratch beyond the plan's WORKSPACE region, if any
   uint8_t *workspace_ = nullptr;
   uint8_t *arena_ = nullptr;
-  float *lossDev_ = nullptr, *seedDev_ = nullptr; // the loss and its gradient seed
+  // Per micro-batch of the pass: the loss and its gradient seed.
+  float *lossDev_ = nullptr, *seedDev_ = nullptr;
   float *lossHost_ = nullptr;
+  int M_ = 1; // micro-batches per pass (StreamSchedule.micro_batches)
   uint8_t *staging_ = nullptr; // pinned: grad_slots x grad_slot_bytes
   // The gradients' NaN/Inf check on the GPU (FiniteCheckKernels.h): per unit
   // the first bad (parameter, element), and the micro-batch's poison flag,
@@ -164,7 +179,7 @@ private:
   // NonFiniteError naming the first bad unit and the units updated before it.
   llvm::Error checkNonFinite();
   bool paramsPinned_ = false, momentsPinned_ = false;
-  std::map<std::pair<int, int>, const plan::DeviceRegion *> regions_;
+  std::map<std::tuple<int, int, int>, const plan::DeviceRegion *> regions_; // (kind, index, micro-batch)
   std::vector<cudaEvent_t> events_;
   std::vector<bool> cpuRecorded_; // recorded by an UPDATE
   std::vector<CpuEvent> cpuEvents_;
@@ -177,7 +192,7 @@ private:
   std::map<int64_t, std::vector<std::pair<double, double>>> cpuTimes_;
   int64_t pass_ = 0, lastBackwardPass_ = -1; // micro-batches run; the last with its backward
   std::vector<float> stepGrads_;
-  std::vector<bool> gradWritten_; // per activation, this micro-batch
+  std::vector<bool> gradWritten_; // per (activation, micro-batch), this pass
 
   // Tied parameters: summed over their units until the last contribution.
   std::vector<int> pending_;
@@ -228,11 +243,12 @@ CudaTrainer::~CudaTrainer() {
   if (d2h_) cudaStreamDestroy(d2h_);
 }
 
-uint8_t *CudaTrainer::region(plan::DeviceRegion::Kind kind, int32_t index, int64_t atLeast, llvm::Error &e) {
-  auto it = regions_.find({int(kind), index});
+uint8_t *CudaTrainer::region(plan::DeviceRegion::Kind kind, int32_t index, int64_t atLeast, llvm::Error &e,
+                             int microBatch) {
+  auto it = regions_.find({int(kind), index, microBatch});
   if (it == regions_.end()) {
     e = err("the plan's device layout has no " + plan::DeviceRegion::Kind_Name(kind) + " region " +
-            llvm::Twine(index));
+            llvm::Twine(index) + (microBatch ? " of micro-batch " + llvm::Twine(microBatch) : llvm::Twine()));
     return nullptr;
   }
   if (it->second->bytes() < atLeast) {
@@ -249,21 +265,21 @@ static int64_t activationBytes(const plan::Activation &a) {
   return n;
 }
 
-llvm::Expected<void *> CudaTrainer::activationBuffer(int32_t act) {
+llvm::Expected<void *> CudaTrainer::activationBuffer(int32_t act, int mb) {
   const plan::Activation &a = plan_.activations(act);
-  if (a.kind() == plan::Activation::LOSS) return lossDev_;
+  if (a.kind() == plan::Activation::LOSS) return lossDev_ + mb;
   auto kind = a.kind() == plan::Activation::INTERMEDIATE ? plan::DeviceRegion::CHECKPOINT : plan::DeviceRegion::DATA;
   llvm::Error e = llvm::Error::success();
-  uint8_t *p = region(kind, act, activationBytes(a), e);
+  uint8_t *p = region(kind, act, activationBytes(a), e, mb);
   if (e) return std::move(e);
   return p;
 }
 
-llvm::Expected<void *> CudaTrainer::activationGradBuffer(int32_t act) {
+llvm::Expected<void *> CudaTrainer::activationGradBuffer(int32_t act, int mb) {
   const plan::Activation &a = plan_.activations(act);
-  if (a.kind() == plan::Activation::LOSS) return seedDev_;
+  if (a.kind() == plan::Activation::LOSS) return seedDev_ + mb;
   llvm::Error e = llvm::Error::success();
-  uint8_t *p = region(plan::DeviceRegion::ACTIVATION_GRAD, act, activationBytes(a), e);
+  uint8_t *p = region(plan::DeviceRegion::ACTIVATION_GRAD, act, activationBytes(a), e, mb);
   if (e) return std::move(e);
   return p;
 }
@@ -320,11 +336,18 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
     if (!plan::blockWithin(r.offset(), r.bytes(), s.device_bytes()))
       return err("the plan's " + plan::DeviceRegion::Kind_Name(r.kind()) + " region " + llvm::Twine(r.index()) +
                  " lies outside its device allocation");
-    regions_[{int(r.kind()), r.index()}] = &r;
+    regions_[{int(r.kind()), r.index(), r.micro_batch()}] = &r;
   }
-  MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&lossDev_), 512));
-  seedDev_ = lossDev_ + 64;
-  MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&lossHost_), 64));
+  M_ = plan::passMicroBatches(s);
+  if (M_ > 4096) return err("the plan's schedule carries " + llvm::Twine(M_) + " micro-batches a pass (at most 4096)");
+  for (const plan::StreamAction &a : s.actions())
+    if (a.micro_batch() < 0 || a.micro_batch() >= M_)
+      return err("the plan's schedule has an action of micro-batch " + llvm::Twine(a.micro_batch()) + " of " + llvm::Twine(M_));
+  // Each micro-batch's loss, then its seed, 256-byte aligned apart.
+  const size_t lossFloats = size_t(M_ + 63) / 64 * 64;
+  MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&lossDev_), 2 * lossFloats * 4));
+  seedDev_ = lossDev_ + lossFloats;
+  MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&lossHost_), lossFloats * 4));
   checkFinite_ = !plan_.optimizer().no_finite_check();
   // The check's records: a 64-bit word per unit, then the poison flag.
   MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&firstBadDev_),
@@ -386,7 +409,7 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   if (e) return e;
   // The WORKSPACE region: the kernels' scratch, the attention stash, then
   // cuBLASLt's at its end.
-  auto ws = regions_.find({int(plan::DeviceRegion::WORKSPACE), 0});
+  auto ws = regions_.find({int(plan::DeviceRegion::WORKSPACE), 0, 0});
   int64_t have = ws == regions_.end() ? 0 : ws->second->bytes();
   const size_t scratch = size_t(plan::alignUp(int64_t(workNeed), 256)),
                stash = size_t(plan::alignUp(plan::attentionStashBytes(plan_), 256));
@@ -549,7 +572,17 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
     const plan::Parameter &p = plan_.parameters(pid);
     const float *g = reinterpret_cast<const float *>(base + lay.offsets[size_t(k)]);
     if (job.grads) {
-      addInto(job.grads->data() + p.host_offset(), g, p.numel());
+      float *sum = job.grads->data() + p.host_offset();
+      addInto(sum, g, p.numel());
+      if (!job.stepWhenSummed) continue;
+      // The step's last pass: the parameter steps once its last unit's share is in.
+      if (p.units_size() > 1) {
+        if (pending_[size_t(pid)] == 0) pending_[size_t(pid)] = p.units_size();
+        if (--pending_[size_t(pid)] > 0) continue;
+      }
+      const size_t off = size_t(p.host_offset());
+      segments.push_back({state_.params.data() + off, sum, state_.m.data() + off, state_.v.data() + off, p.numel(),
+                          p.decay()});
       continue;
     }
     if (p.units_size() > 1) {
@@ -570,7 +603,7 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   }
   if (!segments.empty())
     runtime::adamwUpdateSegments(segments, job.step, h, 1.0f, std::max(1, cpu::numThreads() - 1));
-  if (!job.grads) {
+  if (!job.grads || job.stepWhenSummed) {
     std::lock_guard<std::mutex> l(mu_);
     if (job.pass == pass_) updatedThisStep_.push_back(unit.name());
   }
@@ -603,7 +636,8 @@ llvm::Error CudaTrainer::checkNonFinite() {
   std::vector<std::string> updated;
   std::lock_guard<std::mutex> l(mu_);
   for (const plan::StreamAction &a : sched_->actions()) {
-    if (a.kind() != plan::StreamAction::BACKWARD) continue;
+    // A unit's last micro-batch of the pass: its check runs on the slot's sum.
+    if (a.kind() != plan::StreamAction::BACKWARD || a.micro_batch() != M_ - 1) continue;
     const plan::Unit &unit = plan_.units(a.unit());
     const unsigned long long bad = firstBad[size_t(a.unit())];
     if (bad == kNoneBad) {
@@ -733,20 +767,32 @@ llvm::Error CudaTrainer::moveSlotState(const plan::StreamAction &a, bool toDevic
   return llvm::Error::success();
 }
 
-llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale,
-                                       float lr, std::vector<float> *grads, double &loss, double laneBusy[4]) {
+llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches, bool backward,
+                                 const std::vector<float> &lossScales, float lr, std::vector<float> *grads,
+                                 std::vector<double> &losses, double laneBusy[4], bool stepWhenSummed) {
   const plan::StreamSchedule &s = *sched_;
-  // Data and the loss seed, ahead of everything on the compute stream.
-  for (int i = 0; i < plan_.activations_size(); ++i) {
-    const plan::Activation &a = plan_.activations(i);
-    if (a.kind() != plan::Activation::DATA_TOKENS && a.kind() != plan::Activation::DATA_TARGETS) continue;
-    auto t = dataTensor(a, a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets);
-    if (!t) return t.takeError();
-    auto buf = activationBuffer(i);
-    if (!buf) return buf.takeError();
-    MEGAC_CUDA_TRY(cudaMemcpyAsync(*buf, t->raw(), t->nbytes(), cudaMemcpyHostToDevice, gpu_.stream));
+  if (microBatches.empty() || microBatches.size() > size_t(M_) ||
+      (backward && (microBatches.size() != size_t(M_) || lossScales.size() != size_t(M_))))
+    return err("a pass of the plan's schedule carries " + llvm::Twine(M_) + " micro-batches, not " +
+               llvm::Twine(microBatches.size()));
+  // Data and the loss seeds, ahead of everything on the compute stream.
+  std::vector<Tensor> staged; // alive until the copies are done
+  for (int mb = 0; mb < M_; ++mb) {
+    const auto &[tokens, targets] = microBatches[std::min(size_t(mb), microBatches.size() - 1)];
+    for (int i = 0; i < plan_.activations_size(); ++i) {
+      const plan::Activation &a = plan_.activations(i);
+      if (a.kind() != plan::Activation::DATA_TOKENS && a.kind() != plan::Activation::DATA_TARGETS) continue;
+      auto t = dataTensor(a, a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets);
+      if (!t) return t.takeError();
+      auto buf = activationBuffer(i, mb);
+      if (!buf) return buf.takeError();
+      MEGAC_CUDA_TRY(cudaMemcpyAsync(*buf, t->raw(), t->nbytes(), cudaMemcpyHostToDevice, gpu_.stream));
+      staged.push_back(std::move(*t));
+    }
   }
-  MEGAC_CUDA_TRY(cudaMemcpyAsync(seedDev_, &lossScale, 4, cudaMemcpyHostToDevice, gpu_.stream));
+  std::vector<float> seeds(lossScales);
+  seeds.resize(size_t(M_), 0.0f);
+  MEGAC_CUDA_TRY(cudaMemcpyAsync(seedDev_, seeds.data(), seeds.size() * 4, cudaMemcpyHostToDevice, gpu_.stream));
   MEGAC_CUDA_TRY(cudaStreamSynchronize(gpu_.stream)); // the host values above are stack/temporary memory
   if (anyResident_ && hostNewer_) {
     if (auto e = copyResident(true)) return e;
@@ -758,7 +804,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     if (!optimizerError_.empty()) return err(optimizerError_);
   }
 
-  gradWritten_.assign(size_t(plan_.activations_size()), false);
+  gradWritten_.assign(size_t(plan_.activations_size()) * size_t(M_), false);
   if (backward && checkFinite_) {
     MEGAC_CUDA_TRY(cudaMemsetAsync(firstBadDev_, 0xff, size_t(plan_.units_size()) * 8, gpu_.stream));
     MEGAC_CUDA_TRY(cudaMemsetAsync(poisonDev_, 0, 4, gpu_.stream));
@@ -832,10 +878,12 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       const bool keep = unit.keep_activations();
       const GpuProgram &prog = keep ? (fwd ? forwardKeep_ : backwardKept_).at(tid) : (fwd ? forward_ : backward_)[tid];
       const plan::Template &tp = plan_.templates(unit.template_id());
+      const int mb = a.micro_batch(); // init checked the range
+      const bool lastMb = mb == M_ - 1;
       // A keeping unit's saved values: its FORWARD writes them, its BACKWARD reads them.
       std::vector<void *> savedPtrs;
       if (keep) {
-        uint8_t *base = region(plan::DeviceRegion::SAVED, a.unit(), saved_[tid].bytes, e);
+        uint8_t *base = region(plan::DeviceRegion::SAVED, a.unit(), saved_[tid].bytes, e, mb);
         if (e) return e;
         for (int64_t off : saved_[tid].offsets) savedPtrs.push_back(base + off);
       }
@@ -843,44 +891,47 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       if (e) return e;
       std::vector<void *> args, results;
       uint8_t *gradSlot = nullptr; // BACKWARD: where the unit's parameter gradients go
+      size_t addFrom = SIZE_MAX;   // a later micro-batch adds its parameter gradients to the slot's sum
       for (int32_t act : unit.activation_inputs()) {
-        auto b = activationBuffer(act);
+        auto b = activationBuffer(act, mb);
         if (!b) return b.takeError();
         args.push_back(*b);
       }
       for (int k = 0; k < unit.parameters_size(); ++k) args.push_back(slot + lay.offsets[size_t(k)]);
       if (fwd) {
         for (int32_t act : unit.activation_outputs()) {
-          auto b = activationBuffer(act);
+          auto b = activationBuffer(act, mb);
           if (!b) return b.takeError();
           results.push_back(*b);
         }
         results.insert(results.end(), savedPtrs.begin(), savedPtrs.end());
       } else {
         for (int32_t act : unit.activation_outputs()) {
-          auto b = activationGradBuffer(act);
+          auto b = activationGradBuffer(act, mb);
           if (!b) return b.takeError();
           // An output no later unit differentiates (the loss has its seed): zero gradient.
-          if (!gradWritten_[size_t(act)] && plan_.activations(act).kind() != plan::Activation::LOSS)
+          if (!gradWritten_[size_t(act) * size_t(M_) + size_t(mb)] && plan_.activations(act).kind() != plan::Activation::LOSS)
             MEGAC_CUDA_TRY(cudaMemsetAsync(*b, 0, size_t(activationBytes(plan_.activations(act))), st));
           args.push_back(*b);
         }
         for (int k = 0; k < unit.activation_inputs_size(); ++k) {
           if (!tp.input_has_gradient(k)) continue;
-          auto b = activationGradBuffer(unit.activation_inputs(k));
+          auto b = activationGradBuffer(unit.activation_inputs(k), mb);
           if (!b) return b.takeError();
           results.push_back(*b);
-          gradWritten_[size_t(unit.activation_inputs(k))] = true;
+          gradWritten_[size_t(unit.activation_inputs(k)) * size_t(M_) + size_t(mb)] = true;
         }
         uint8_t *gslot = region(plan::DeviceRegion::GRAD_SLOT, a.grad_slot(), lay.bytes, e);
         if (e) return e;
+        if (mb > 0) addFrom = results.size();
         for (int k = 0; k < unit.parameters_size(); ++k) results.push_back(gslot + lay.offsets[size_t(k)]);
         gradSlot = gslot;
         args.insert(args.end(), savedPtrs.begin(), savedPtrs.end());
       }
-      if (auto e2 = prog.run(gpu_, arena_, workspace_, args, results))
+      if (auto e2 = prog.run(gpu_, arena_, workspace_, args, results, addFrom))
         return err("unit '" + unit.name() + "': " + llvm::toString(std::move(e2)));
-      if (!fwd) {
+      // The slot holds the unit's gradients once its last micro-batch has added to them.
+      if (!fwd && lastMb) {
         if (injectNan_ && injectNan_->at(unit.name(), state_.step) && unit.parameters_size() > 0) {
           static const float nan = NAN;
           MEGAC_CUDA_TRY(cudaMemcpyAsync(gradSlot + lay.offsets[0], &nan, 4, cudaMemcpyHostToDevice, st));
@@ -899,7 +950,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       if (fwd)
         for (int32_t act : unit.activation_outputs())
           if (plan_.activations(act).kind() == plan::Activation::LOSS)
-            MEGAC_CUDA_TRY(cudaMemcpyAsync(lossHost_, lossDev_, 4, cudaMemcpyDeviceToHost, st));
+            MEGAC_CUDA_TRY(cudaMemcpyAsync(lossHost_ + mb, lossDev_ + mb, 4, cudaMemcpyDeviceToHost, st));
       break;
     }
     case plan::StreamAction::OFFLOAD: {
@@ -942,6 +993,7 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
       job.pass = pass_;
       job.passStart = passStartHost_;
       job.grads = grads;
+      job.stepWhenSummed = grads && stepWhenSummed;
       break;
     }
     case plan::StreamAction::FETCH_MOMENTS:
@@ -975,7 +1027,8 @@ llvm::Error CudaTrainer::runMicroBatch(const Tensor &tokens, const Tensor &targe
     if (auto e = checkNonFinite()) return e;
   if (timer_)
     if (auto e = timer_->collect()) return e;
-  loss = double(*lossHost_);
+  losses.assign(microBatches.size(), 0.0);
+  for (size_t k = 0; k < microBatches.size(); ++k) losses[k] = double(lossHost_[k]);
   std::vector<std::pair<double, double>> times(size_t(s.actions_size()), {0.0, 0.0});
   for (int i = 0; i < s.actions_size(); ++i) {
     if (!timed[size_t(i)]) continue;
@@ -1008,12 +1061,23 @@ std::vector<std::pair<double, double>> CudaTrainer::lastActionTimes() {
 llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) {
   StepStats stats;
   const plan::Optimizer &o = plan_.optimizer();
-  const bool keepGrads = o.clip() > 0 || microBatches.size() > 1;
+  const size_t perPass = size_t(M_);
+  if (microBatches.empty() || microBatches.size() % perPass != 0)
+    return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's passes carry " +
+               llvm::Twine(M_) + " each");
+  const bool keepGrads = o.clip() > 0 || microBatches.size() > perPass;
+  // Without a clip, the last pass steps each parameter once its sum is in.
+  const bool inLastPass = keepGrads && stepsInLastPass(microBatches.size());
   auto weights = runtime::microBatchWeights(microBatches, plan_.ignore_index());
   if (!weights) return weights.takeError();
   ++state_.step;
   if (keepGrads) {
-    stepGrads_.assign(size_t(hostElements_), 0.0f);
+    // Zeros over the threads (8B parameters: 32 GB, seconds on one thread).
+    if (stepGrads_.size() != size_t(hostElements_)) stepGrads_.assign(size_t(hostElements_), 0.0f);
+    else
+      cpu::parallelFor(hostElements_, 1 << 20, [&](int64_t begin, int64_t end) {
+        std::memset(stepGrads_.data() + begin, 0, size_t(end - begin) * 4);
+      });
     if (deviceNewer_) { // AdamW runs on the host for every unit this step
       if (auto e = copyResident(false)) {
         --state_.step;
@@ -1028,21 +1092,28 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
   }
   for (double &b : stats.laneBusy) b = 0;
   double lossSum = 0;
-  for (size_t k = 0; k < microBatches.size(); ++k) {
+  bool stepped = false;
+  for (size_t first = 0; first < microBatches.size(); first += perPass) {
     // Each micro-batch weighs its share of the step's counted targets.
-    const float w = keepGrads ? (*weights)[k] : 1.0f;
-    if (w == 0) continue;
-    double loss = 0;
-    if (auto e = runMicroBatch(microBatches[k].first, microBatches[k].second, true, w, lr,
-                               keepGrads ? &stepGrads_ : nullptr, loss, stats.laneBusy)) {
+    const std::vector<float> scales(weights->begin() + long(first), weights->begin() + long(first + perPass));
+    const bool last = first + perPass == microBatches.size();
+    // A pass that counts no target adds nothing (with more than one pass).
+    if (keepGrads && !(last && inLastPass) && std::all_of(scales.begin(), scales.end(), [](float w) { return w == 0; }))
+      continue;
+    const std::vector<std::pair<Tensor, Tensor>> pass(microBatches.begin() + long(first),
+                                                      microBatches.begin() + long(first + perPass));
+    std::vector<double> losses;
+    if (auto e = runPass(pass, true, scales, lr, keepGrads ? &stepGrads_ : nullptr, losses, stats.laneBusy,
+                         last && inLastPass)) {
       --state_.step;
       return std::move(e);
     }
-    lossSum += double(w) * loss;
+    stepped |= last && inLastPass;
+    for (size_t k = 0; k < perPass; ++k) lossSum += double(scales[k]) * losses[k];
   }
   stats.loss = lossSum;
   ++timedSteps_;
-  if (keepGrads) {
+  if (keepGrads && !stepped) {
     float gradScale = 1.0f;
     if (o.clip() > 0) {
       // Over the whole host array (the gaps between units' blocks hold zeros),
@@ -1075,17 +1146,42 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
 }
 
 llvm::Expected<double> CudaTrainer::evalLoss(const Tensor &tokens, const Tensor &targets) {
-  double loss = 0, lanes[4] = {0, 0, 0, 0};
-  if (auto e = runMicroBatch(tokens, targets, false, 1.0f, 0.0f, nullptr, loss, lanes)) return std::move(e);
-  return loss;
+  auto losses = evalLosses({{tokens, targets}});
+  if (!losses) return losses.takeError();
+  return losses->front();
+}
+
+// Forward-only passes of up to M_ batches each.
+llvm::Expected<std::vector<double>> CudaTrainer::evalLosses(const std::vector<std::pair<Tensor, Tensor>> &batches) {
+  std::vector<double> out;
+  double lanes[4] = {0, 0, 0, 0};
+  for (size_t first = 0; first < batches.size(); first += size_t(M_)) {
+    const std::vector<std::pair<Tensor, Tensor>> pass(batches.begin() + long(first),
+                                                      batches.begin() + long(std::min(batches.size(), first + size_t(M_))));
+    std::vector<double> losses;
+    if (auto e = runPass(pass, false, {}, 0.0f, nullptr, losses, lanes)) return std::move(e);
+    out.insert(out.end(), losses.begin(), losses.end());
+  }
+  return out;
 }
 
 llvm::Expected<double> CudaTrainer::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                     std::vector<float> *grads, float lr) {
-  double loss = 0, lanes[4] = {0, 0, 0, 0};
+  if (M_ != 1)
+    return err("forwardBackward runs one micro-batch; the plan's passes carry " + llvm::Twine(M_) + " (forwardBackwardPass)");
+  auto losses = forwardBackwardPass({{tokens, targets}}, {lossScale}, grads, lr);
+  if (!losses) return losses.takeError();
+  return losses->front();
+}
+
+llvm::Expected<std::vector<double>> CudaTrainer::forwardBackwardPass(
+    const std::vector<std::pair<Tensor, Tensor>> &microBatches, const std::vector<float> &lossScales,
+    std::vector<float> *grads, float lr, bool stepWhenSummed) {
+  double lanes[4] = {0, 0, 0, 0};
   if (grads && int64_t(grads->size()) < hostElements_) return err("forwardBackward: the gradient array is too small");
-  if (auto e = runMicroBatch(tokens, targets, true, lossScale, lr, grads, loss, lanes)) return std::move(e);
-  return loss;
+  std::vector<double> losses;
+  if (auto e = runPass(microBatches, true, lossScales, lr, grads, losses, lanes, stepWhenSummed)) return std::move(e);
+  return losses;
 }
 
 } // namespace

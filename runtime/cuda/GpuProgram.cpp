@@ -1,6 +1,7 @@
 #include "runtime/cuda/GpuProgram.h"
 
 #include "runtime/cuda/CudaCheck.h"
+#include "runtime/cuda/GradSumKernels.h"
 #include "runtime/cuda/OpTimer.h"
 #include "runtime/plan/MemoryPlan.h"
 
@@ -123,7 +124,7 @@ llvm::Error GpuProgram::bindConstants(uint8_t *regionBase, const std::vector<int
 }
 
 llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const std::vector<void *> &args,
-                            const std::vector<void *> &results) const {
+                            const std::vector<void *> &results, size_t addFrom) const {
   if (args.size() != arguments_.size() || results.size() != results_.size())
     return err(what_ + ": called with " + llvm::Twine(args.size()) + " arguments and " +
                llvm::Twine(results.size()) + " results, expected " + llvm::Twine(arguments_.size()) + " and " +
@@ -167,6 +168,13 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
   }
   for (size_t i = 0; i < results_.size(); ++i) {
     const DeviceTensor &v = env[size_t(results_[i])];
+    if (i >= addFrom) {
+      if (v.dtype != DType::F32) return err(what_ + ": result " + llvm::Twine(i) + " is added to, but is not fp32");
+      if (v.data == results[i]) return err(what_ + ": result " + llvm::Twine(i) + " is added to itself");
+      MEGAC_CUDA_TRY(launchAddInto(static_cast<float *>(results[i]), static_cast<const float *>(v.data),
+                                   int64_t(v.nbytes() / 4), ctx.stream));
+      continue;
+    }
     if (v.data != results[i] && v.nbytes())
       MEGAC_CUDA_TRY(cudaMemcpyAsync(results[i], v.data, v.nbytes(), cudaMemcpyDeviceToDevice, ctx.stream));
   }

@@ -29,9 +29,11 @@ public:
 
   // Runs on ctx.stream: `args` are device pointers in the program's argument
   // order; each result is copied to `results[i]` (device pointers) unless the
-  // op already wrote it there.
+  // op already wrote it there. Results from `addFrom` on (fp32: a unit's
+  // parameter gradients, a later micro-batch of the pass) are added to what
+  // `results[i]` holds instead.
   llvm::Error run(GpuContext &ctx, void *arena, void *workspace, const std::vector<void *> &args,
-                  const std::vector<void *> &results) const;
+                  const std::vector<void *> &results, size_t addFrom = SIZE_MAX) const;
 
   const std::string &name() const { return what_; }
   size_t numArguments() const { return arguments_.size(); }

@@ -615,7 +615,9 @@ void ScheduleSim::finish(StepPrediction &out) {
   int64_t params = p_.total_parameters();
   if (params <= 0)
     for (const Parameter &q : p_.parameters()) params += q.numel();
-  out.modelFlops = 6.0 * double(params) * double(p_.batch()) * double(p_.seq());
+  // Every micro-batch the pass carries (layer-major accumulation).
+  const double perPass = p_.has_schedule() ? double(passMicroBatches(p_.schedule())) : 1.0;
+  out.modelFlops = 6.0 * double(params) * double(p_.batch()) * double(p_.seq()) * perPass;
   out.tflops = out.stepSeconds > 0 ? out.modelFlops / out.stepSeconds / 1e12 : 0;
 }
 

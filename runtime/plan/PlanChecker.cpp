@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <map>
 #include <numeric>
+#include <tuple>
 
 namespace megac::plan {
 
@@ -134,11 +135,15 @@ public:
 private:
   const Plan &p_;
   const StreamSchedule &s_;
-  int K_ = 0, G_ = 0, N_ = 0;
+  int K_ = 0, G_ = 0, N_ = 0, M_ = 1; // M_: micro-batches per pass
   std::map<std::string, int> eventId_;
   std::vector<int> producer_;                          // activation -> unit, -1 for data
   std::vector<std::vector<std::pair<int, int>>> users_; // activation -> (unit, input position)
-  std::vector<int> fwdAt_, bwdAt_, offAt_, updAt_;     // unit -> action index
+  std::vector<int> fwdAt_, bwdAt_;                     // (unit, micro-batch) -> action index: at()
+  std::vector<int> offAt_, updAt_;                     // unit -> action index
+  size_t at(int u, int mb) const { return size_t(u) * size_t(M_) + size_t(mb); }
+  // A unit's last BACKWARD of the pass: the one whose gradients leave the slot.
+  int lastBwd(int u) const { return bwdAt_[at(u, M_ - 1)]; }
   std::vector<int> fetchAt_, wbAt_;                    // unit -> its FETCH_MOMENTS, WRITEBACK (adamw_on_gpu units)
   bool moments_ = false;                               // the schedule has moment slots (anyAdamwOnGpu)
   bool onGpu(int u) const { return adamwOnGpu(p_.units(u)); }
@@ -149,6 +154,8 @@ private:
     std::string t = "action " + std::to_string(i) + " (" + actionKindName(a.kind()) + " of " + unitName(a.unit());
     if (a.weight_slot() >= 0) t += ", weight slot " + std::to_string(a.weight_slot());
     if (a.grad_slot() >= 0) t += ", grad slot " + std::to_string(a.grad_slot());
+    if (M_ > 1 && (a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD))
+      t += ", micro-batch " + std::to_string(a.micro_batch());
     return t + ")";
   }
   std::string actionRef(int i) const { return i < 0 ? std::string("no action") : actionText(i); }
@@ -165,6 +172,16 @@ private:
     K_ = s_.weight_slots();
     G_ = s_.grad_slots();
     N_ = p_.units_size();
+    M_ = passMicroBatches(s_);
+    if (M_ > (1 << 20)) return violation("malformed plan", "the schedule carries " + llvm::Twine(M_) + " micro-batches a pass");
+    {
+      const int64_t accum = std::max<int64_t>(p_.optimizer().grad_accum(), 1);
+      if (accum % M_ != 0)
+        return violation("malformed plan", "the schedule carries " + llvm::Twine(M_) + " micro-batches a pass, which does not divide the step's " +
+                                               llvm::Twine(accum));
+    }
+    if (s_.overlap_steps() && stepKeepsGradients(p_))
+      return violation("malformed plan", "the steps overlap, but a step keeps its gradients until its end (clip, or more than one pass)");
     if (K_ < 1 || G_ < 1) return violation("malformed plan", "the schedule has " + llvm::Twine(K_) + " weight slots and " + llvm::Twine(G_) + " grad slots");
     for (int i = 0; i < s_.events_size(); ++i) eventId_[s_.events(i)] = i;
     moments_ = anyAdamwOnGpu(p_);
@@ -238,6 +255,10 @@ private:
         return violation("malformed plan", actionText(i) + " has weight slot " + llvm::Twine(a.weight_slot()) + " (of " + llvm::Twine(K_) + ")");
       if (usesGrads != (a.grad_slot() >= 0) || a.grad_slot() >= G_)
         return violation("malformed plan", actionText(i) + " has grad slot " + llvm::Twine(a.grad_slot()) + " (of " + llvm::Twine(G_) + ")");
+      const bool compute = a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD;
+      if (a.micro_batch() < 0 || a.micro_batch() >= (compute ? M_ : 1))
+        return violation("malformed plan", "action " + llvm::Twine(i) + " has micro-batch " + llvm::Twine(a.micro_batch()) + " (the pass carries " +
+                                               llvm::Twine(M_) + (compute ? ")" : "; only FORWARD and BACKWARD name one)"));
       for (int32_t e : a.waits())
         if (e < 0 || e >= s_.events_size()) return violation("malformed plan", actionText(i) + " waits event " + llvm::Twine(e) + ", which does not exist");
       for (int32_t e : a.records())
@@ -269,17 +290,22 @@ private:
     return llvm::Error::success();
   }
 
-  llvm::Error firstTime(std::vector<int> &at, int i, const char *what) {
+  llvm::Error firstTime(std::vector<int> &books, int i, const char *what) {
+    return firstTime(books, size_t(s_.actions(i).unit()), i, what);
+  }
+  llvm::Error firstTime(std::vector<int> &books, size_t slot, int i, const char *what) {
     int u = s_.actions(i).unit();
-    if (at[size_t(u)] >= 0) return violation("malformed plan", actionText(i) + ": unit " + unitName(u) + " already has a " + what + " (" + actionText(at[size_t(u)]) + ")");
-    at[size_t(u)] = i;
+    if (books[slot] >= 0) return violation("malformed plan", actionText(i) + ": unit " + unitName(u) + " already has a " + what + " (" + actionText(books[slot]) + ")");
+    books[slot] = i;
     return llvm::Error::success();
   }
 
   llvm::Error simulate() {
     latest_.assign(size_t(s_.events_size()), -1);
-    fwdAt_.assign(size_t(N_), -1);
-    bwdAt_ = offAt_ = updAt_ = fetchAt_ = wbAt_ = fwdAt_;
+    fwdAt_.assign(size_t(N_) * size_t(M_), -1);
+    bwdAt_ = fwdAt_;
+    offAt_.assign(size_t(N_), -1);
+    updAt_ = fetchAt_ = wbAt_ = offAt_;
     // lastCompute: a weight slot's last reader (a compute, or the WRITEBACK of
     // an adamw_on_gpu unit); awaitingWriteback: such a unit whose BACKWARD used
     // the slot and whose WRITEBACK has not been issued yet (-1: none).
@@ -342,22 +368,34 @@ private:
             return e;
           lastCompute[size_t(k)] = i;
         }
+        const int mb = a.micro_batch();
         if (a.kind() == StreamAction::FORWARD) {
-          if (auto e = firstTime(fwdAt_, i, "FORWARD")) return e;
+          if (auto e = firstTime(fwdAt_, at(u, mb), i, "FORWARD")) return e;
           for (int32_t in : p_.units(u).activation_inputs()) {
             int pu = producer_[size_t(in)];
-            if (pu >= 0 && fwdAt_[size_t(pu)] < 0)
+            if (pu >= 0 && fwdAt_[at(pu, mb)] < 0)
               return violation("read before write", actionText(i) + " reads activation " + activationName(in) + " before the FORWARD of " + unitName(pu) + " writes it");
           }
           break;
         }
-        if (auto e = firstTime(bwdAt_, i, "BACKWARD")) return e;
+        if (auto e = firstTime(bwdAt_, at(u, mb), i, "BACKWARD")) return e;
         if (onGpu(u)) awaitingWriteback[size_t(k)] = u;
-        if (fwdAt_[size_t(u)] < 0) return violation("read before write", actionText(i) + " comes before the unit's FORWARD");
+        if (fwdAt_[at(u, mb)] < 0) return violation("read before write", actionText(i) + " comes before the unit's FORWARD");
         for (int32_t out : p_.units(u).activation_outputs())
           for (auto [c, pos] : users_[size_t(out)])
-            if (gradFlows(c, pos) && bwdAt_[size_t(c)] < 0)
+            if (gradFlows(c, pos) && bwdAt_[at(c, mb)] < 0)
               return violation("read before write", actionText(i) + " reads the gradient of " + activationName(out) + " before the BACKWARD of " + unitName(c) + " adds to it");
+        if (mb > 0) {
+          // It adds to the sum the unit's earlier micro-batches left in the
+          // slot: the last BACKWARD into it must be the unit's previous one,
+          // with nothing reading the slot since (on the same stream, in order).
+          const int prev = bwdAt_[at(u, mb - 1)];
+          if (prev < 0 || lastBackwardInto[size_t(g)] != prev || lastGradRelease[size_t(g)] > prev)
+            return violation("read before write", actionText(i) + " adds to grad slot " + llvm::Twine(g) + ", but the slot does not hold the unit's gradients of micro-batch " +
+                                                      llvm::Twine(mb - 1) + " (its last BACKWARD is " + actionRef(lastBackwardInto[size_t(g)]) + ")");
+          lastBackwardInto[size_t(g)] = i;
+          break;
+        }
         if (int prev = lastBackwardInto[size_t(g)]; prev >= 0 && !gradsRead(s_.actions(prev).unit()))
           return violation("slot reused early", actionText(i) + " overwrites grad slot " + llvm::Twine(g) + " before it is offloaded (" + actionText(prev) + " wrote it)");
         if (lastGradRelease[size_t(g)] >= 0)
@@ -367,7 +405,7 @@ private:
         break;
       }
       case StreamAction::OFFLOAD: {
-        int b = bwdAt_[size_t(u)];
+        int b = lastBwd(u);
         if (b < 0 || s_.actions(b).grad_slot() != g)
           return violation("read before write", actionText(i) + " reads grad slot " + llvm::Twine(g) + ", but the unit's BACKWARD (" + actionRef(b) + ") did not write it");
         if (auto e = requireWait(i, 'g', g, true, b, waits(a, ev('g', g, true)) ? "read before write" : "missing wait", "the BACKWARD that wrote it"))
@@ -410,7 +448,7 @@ private:
       }
       case StreamAction::UPDATE: {
         if (onGpu(u)) { // from its grad slot into its weight and moment slots, on the compute stream
-          int b = bwdAt_[size_t(u)];
+          int b = lastBwd(u);
           if (b < 0 || s_.actions(b).grad_slot() != g || s_.actions(b).weight_slot() != k)
             return violation("read before write", actionText(i) + " reads grad slot " + llvm::Twine(g) + " and weight slot " + llvm::Twine(k) +
                                                       ", but the unit's BACKWARD (" + actionRef(b) + ") did not use them");
@@ -427,7 +465,7 @@ private:
           break;
         }
         if (p_.units(u).resident()) { // from the grad slot its BACKWARD wrote, on the same stream
-          int b = bwdAt_[size_t(u)];
+          int b = lastBwd(u);
           if (b < 0 || s_.actions(b).grad_slot() != g)
             return violation("read before write", actionText(i) + " reads grad slot " + llvm::Twine(g) + ", but the unit's BACKWARD (" + actionRef(b) + ") did not write it");
           if (auto e = requireWait(i, 'g', g, true, b, waits(a, ev('g', g, true)) ? "read before write" : "missing wait", "the BACKWARD that wrote it"))
@@ -459,11 +497,13 @@ private:
         return violation("missing wait", actionText(c.action) + " waits " + s_.events(c.event) + ", which the step records last by " +
                                              actionRef(last) + ", but " + c.why);
     }
-    const std::pair<const std::vector<int> *, const char *> every[] = {
-        {&fwdAt_, "FORWARD"}, {&bwdAt_, "BACKWARD"}, {&offAt_, "OFFLOAD"}, {&updAt_, "UPDATE"}};
     for (int u = 0; u < N_; ++u) {
-      for (auto [at, what] : every)
-        if ((*at)[size_t(u)] < 0 && !(at == &offAt_ && (p_.units(u).resident() || onGpu(u))))
+      for (int mb = 0; mb < M_; ++mb)
+        for (auto [books, what] : {std::pair<const std::vector<int> *, const char *>{&fwdAt_, "FORWARD"}, {&bwdAt_, "BACKWARD"}})
+          if ((*books)[at(u, mb)] < 0)
+            return violation("malformed plan", "unit " + unitName(u) + " has no " + what + (M_ > 1 ? " of micro-batch " + std::to_string(mb) : std::string()));
+      for (auto [books, what] : {std::pair<const std::vector<int> *, const char *>{&offAt_, "OFFLOAD"}, {&updAt_, "UPDATE"}})
+        if ((*books)[size_t(u)] < 0 && !(books == &offAt_ && (p_.units(u).resident() || onGpu(u))))
           return violation("malformed plan", "unit " + unitName(u) + " has no " + what);
       if (onGpu(u) && (fetchAt_[size_t(u)] < 0 || wbAt_[size_t(u)] < 0))
         return violation("malformed plan", "unit " + unitName(u) + " runs its AdamW on the GPU but has no " +
@@ -478,19 +518,24 @@ private:
     if ((r.kind() == DeviceRegion::CHECKPOINT || r.kind() == DeviceRegion::ACTIVATION_GRAD || r.kind() == DeviceRegion::DATA) &&
         r.index() >= 0 && r.index() < p_.activations_size())
       t += " (" + activationName(r.index()) + ")";
+    if (r.micro_batch() != 0) t += " of micro-batch " + std::to_string(r.micro_batch());
     return t + " (actions " + std::to_string(r.first_action()) + ".." + std::to_string(r.last_action()) + ", " + range(r.offset(), r.bytes()) + ")";
   }
 
-  const DeviceRegion *find(DeviceRegion::Kind kind, int index) const {
-    for (const DeviceRegion &r : s_.regions())
-      if (r.kind() == kind && r.index() == index) return &r;
-    return nullptr;
+  // (kind, index, micro-batch) -> the region; built once.
+  std::map<std::tuple<int, int, int>, const DeviceRegion *> regionIndex_;
+  const DeviceRegion *find(DeviceRegion::Kind kind, int index, int mb) {
+    if (regionIndex_.empty())
+      for (const DeviceRegion &r : s_.regions()) regionIndex_.emplace(std::make_tuple(int(r.kind()), r.index(), r.micro_batch()), &r);
+    auto it = regionIndex_.find({int(kind), index, mb});
+    return it == regionIndex_.end() ? nullptr : it->second;
   }
 
-  // The region (kind, index) exists, holds `bytes` and lives over [first, last].
-  llvm::Error require(DeviceRegion::Kind kind, int index, int64_t bytes, int first, int last, const std::string &what) {
-    const DeviceRegion *r = find(kind, index);
-    if (!r) return violation("malformed plan", "no " + std::string(regionKindName(kind)) + " region " + std::to_string(index) + " (" + what + ")");
+  // The region (kind, index, micro-batch) exists, holds `bytes` and lives over [first, last].
+  llvm::Error require(DeviceRegion::Kind kind, int index, int64_t bytes, int first, int last, const std::string &what, int mb = 0) {
+    const DeviceRegion *r = find(kind, index, mb);
+    if (!r) return violation("malformed plan", "no " + std::string(regionKindName(kind)) + " region " + std::to_string(index) +
+                                                   (mb ? " of micro-batch " + std::to_string(mb) : std::string()) + " (" + what + ")");
     if (r->bytes() < bytes)
       return violation("region size", regionText(*r) + " holds fewer than the " + llvm::Twine(bytes) + " bytes of " + what);
     if (r->first_action() > first || r->last_action() < last)
@@ -511,27 +556,31 @@ private:
       const Activation &act = p_.activations(a);
       const int64_t bytes = typeBytes(act.type());
       const int pu = producer_[size_t(a)];
-      if (pu < 0) {
-        if (!users_[size_t(a)].empty())
-          if (auto e = require(DeviceRegion::DATA, a, bytes, 0, last, "data " + activationName(a))) return e;
-        continue;
+      for (int mb = 0; mb < M_; ++mb) {
+        if (pu < 0) {
+          if (!users_[size_t(a)].empty())
+            if (auto e = require(DeviceRegion::DATA, a, bytes, 0, last, "data " + activationName(a), mb)) return e;
+          continue;
+        }
+        int readEnd = fwdAt_[at(pu, mb)];
+        for (auto [c, pos] : users_[size_t(a)]) readEnd = std::max(readEnd, bwdAt_[at(c, mb)]);
+        if (act.kind() == Activation::LOSS) readEnd = last;
+        if (auto e = require(DeviceRegion::CHECKPOINT, a, bytes, fwdAt_[at(pu, mb)], readEnd, "activation " + activationName(a), mb)) return e;
+        int gradFirst = bwdAt_[at(pu, mb)];
+        for (auto [c, pos] : users_[size_t(a)])
+          if (gradFlows(c, pos)) gradFirst = std::min(gradFirst, bwdAt_[at(c, mb)]);
+        if (auto e = require(DeviceRegion::ACTIVATION_GRAD, a, bytes, gradFirst, bwdAt_[at(pu, mb)], "the gradient of " + activationName(a), mb))
+          return e;
       }
-      int readEnd = fwdAt_[size_t(pu)];
-      for (auto [c, pos] : users_[size_t(a)]) readEnd = std::max(readEnd, bwdAt_[size_t(c)]);
-      if (act.kind() == Activation::LOSS) readEnd = last;
-      if (auto e = require(DeviceRegion::CHECKPOINT, a, bytes, fwdAt_[size_t(pu)], readEnd, "activation " + activationName(a))) return e;
-      int gradFirst = bwdAt_[size_t(pu)];
-      for (auto [c, pos] : users_[size_t(a)])
-        if (gradFlows(c, pos)) gradFirst = std::min(gradFirst, bwdAt_[size_t(c)]);
-      if (auto e = require(DeviceRegion::ACTIVATION_GRAD, a, bytes, gradFirst, bwdAt_[size_t(pu)], "the gradient of " + activationName(a))) return e;
     }
     for (int u = 0; u < N_; ++u) {
       if (!keepsActivations(p_, u)) continue;
       const Template &t = p_.templates(p_.units(u).template_id());
       if (auto e = keepProgramsAgree(t)) return e;
-      if (auto e = require(DeviceRegion::SAVED, u, savedLayout(t).bytes, fwdAt_[size_t(u)], bwdAt_[size_t(u)],
-                           "the saved activations of unit '" + p_.units(u).name() + "'"))
-        return e;
+      for (int mb = 0; mb < M_; ++mb)
+        if (auto e = require(DeviceRegion::SAVED, u, savedLayout(t).bytes, fwdAt_[at(u, mb)], bwdAt_[at(u, mb)],
+                             "the saved activations of unit '" + p_.units(u).name() + "'", mb))
+          return e;
     }
     for (int k = 0; k < K_ && moments_; ++k)
       if (auto e = require(DeviceRegion::MOMENT_SLOT, k, momentSlotBytes(p_), 0, last, "the AdamW moments of the largest unit stepped on the GPU")) return e;
@@ -575,6 +624,9 @@ private:
       const DeviceRegion &r = s_.regions(i);
       if (r.offset() % kAlignment != 0 || !blockWithin(r.offset(), r.bytes(), s_.device_bytes()))
         return violation("region overlap", regionText(r) + " is not a 256-aligned block inside the device allocation of " + llvm::Twine(s_.device_bytes()) + " bytes");
+      if (r.micro_batch() < 0 || r.micro_batch() >= (perMicroBatch(r.kind()) ? M_ : 1))
+        return violation("malformed plan", regionText(r) + ": micro-batch " + llvm::Twine(r.micro_batch()) + " (the pass carries " + llvm::Twine(M_) +
+                                               (perMicroBatch(r.kind()) ? ")" : "; this kind of region is one for the whole pass)"));
       if (r.first_action() < 0 || r.first_action() > r.last_action() || r.last_action() >= s_.actions_size())
         return violation("region lifetime", regionText(r) + " has no valid lifetime among " + llvm::Twine(s_.actions_size()) + " actions");
     }

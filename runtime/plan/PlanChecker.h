@@ -17,6 +17,11 @@
 //   of its BACKWARD and m<k>.ready of its FETCH_MOMENTS, and its WRITEBACK
 //   waits m<k>.ready of that UPDATE; activations and their gradients are
 //   written before they are read, and the regions' lifetimes cover those actions;
+// - with several micro-batches a pass (StreamSchedule.micro_batches), each
+//   unit has a FORWARD and a BACKWARD of each, and each micro-batch its own
+//   activation regions; a BACKWARD of micro-batch m > 0 adds to the grad slot
+//   right after the unit's BACKWARD of m-1 (nothing read the slot between),
+//   and what reads the slot (OFFLOAD, a GPU UPDATE) waits the unit's last;
 // - a slot is reused only after its last consumer's event: a PREFETCH into
 //   weight slot k waits w<k>.free recorded by the last compute that read k
 //   (or the WRITEBACK of an adamw_on_gpu unit, which must come first);

@@ -90,6 +90,7 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   r.weightSlotBytes = s.weight_slot_bytes();
   r.gradSlotBytes = s.grad_slot_bytes();
   r.actions = s.actions_size();
+  r.microBatchesPerPass = passMicroBatches(s);
   r.deviceBytes = s.device_bytes();
   r.gpuBudgetBytes = s.gpu_budget_bytes();
   for (int k = DeviceRegion::Kind_MIN; k <= DeviceRegion::Kind_MAX; ++k) {
@@ -123,11 +124,11 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
     if (a.unit() < 0 || a.unit() >= p.units_size())
       return err("schedule action refers to unit " + llvm::Twine(a.unit()) + ", which does not exist");
     int64_t bytes = copies * unitWeightLayout(p, a.unit()).bytes;
-    (a.stream() == StreamAction::H2D ? r.h2dBytesPerMicroBatch : r.d2hBytesPerMicroBatch) += bytes;
+    (a.stream() == StreamAction::H2D ? r.h2dBytesPerPass : r.d2hBytesPerPass) += bytes;
   }
   r.momentsMove = anyAdamwOnGpu(p);
-  r.h2dBytesPerStep = r.h2dBytesPerMicroBatch * m.microBatchesPerStep;
-  r.d2hBytesPerStep = r.d2hBytesPerMicroBatch * m.microBatchesPerStep;
+  r.h2dBytesPerStep = r.h2dBytesPerPass * m.passesPerStep;
+  r.d2hBytesPerStep = r.d2hBytesPerPass * m.passesPerStep;
 
   r.profileName = profile.description;
   auto prediction = predictStep(p, profile);
@@ -186,7 +187,9 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
   for (const Parameter &q : p.parameters()) m.parameters += q.numel();
   const Optimizer &o = p.optimizer();
   m.microBatchesPerStep = std::max<int64_t>(o.grad_accum(), 1);
-  m.keepsGradients = o.clip() > 0 || m.microBatchesPerStep > 1;
+  const int64_t perPass = p.has_schedule() ? passMicroBatches(p.schedule()) : 1;
+  m.passesPerStep = perPass > 0 && m.microBatchesPerStep % perPass == 0 ? m.microBatchesPerStep / perPass : m.microBatchesPerStep;
+  m.keepsGradients = stepKeepsGradients(p);
   m.masterWeightBytes = 4 * m.parameters;
   m.adamMomentBytes = 8 * m.parameters;
   m.gradientBytes = m.keepsGradients ? 4 * m.parameters : 0;
@@ -255,6 +258,16 @@ static std::string seconds(double s) {
   return buf;
 }
 
+// Why the host keeps the step's gradients, or does not.
+static std::string gradientsWhy(const MemoryReport &m) {
+  if (!m.keepsGradients)
+    return m.microBatchesPerStep > 1 ? " (not kept: no clip, and one pass sums the micro-batches on the GPU)"
+                                     : " (not kept: no clip, grad-accum 1)";
+  if (m.passesPerStep > 1)
+    return " (kept: the step's " + std::to_string(m.passesPerStep) + " passes add to them)";
+  return " (kept: the clip waits for the global norm)";
+}
+
 static void printHost(llvm::raw_ostream &os, const MemoryReport &m) {
   os << "\nhost memory (exact):\n";
   os << "  fp32 master weights:  ";
@@ -263,7 +276,7 @@ static void printHost(llvm::raw_ostream &os, const MemoryReport &m) {
   printBytes(os, m.adamMomentBytes);
   os << "\n  step gradients:       ";
   printBytes(os, m.gradientBytes);
-  os << (m.keepsGradients ? " (kept: clip > 0 or grad-accum > 1)" : " (not kept: no clip, grad-accum 1)");
+  os << gradientsWhy(m);
   os << "\n  total:                ";
   printBytes(os, m.hostBytes);
   os << ", " << m.bytesPerParameter << " bytes per parameter\n";
@@ -280,7 +293,7 @@ static void printHostWithSchedule(llvm::raw_ostream &os, const MemoryReport &m, 
   os << " (" << s.gradSlots << " slots)";
   os << "\n  step gradients:          ";
   printBytes(os, m.gradientBytes);
-  os << (m.keepsGradients ? " (kept: clip > 0 or grad-accum > 1)" : " (not kept: no clip, grad-accum 1)");
+  os << gradientsWhy(m);
   os << "\n  total:                   ";
   printBytes(os, s.hostBytes);
   os << ", " << llvm::format("%.4f", s.bytesPerParameter) << " bytes per parameter\n";
@@ -305,7 +318,10 @@ static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
 }
 
 static void printMoved(llvm::raw_ostream &os, const MemoryReport &m, const ScheduleReport &s) {
-  os << "\nmoved per step (" << microBatches(m.microBatchesPerStep) << "):\n";
+  os << "\nmoved per step (" << microBatches(m.microBatchesPerStep);
+  if (m.microBatchesPerStep > 1)
+    os << (m.passesPerStep == 1 ? " in one pass: each unit streams once" : " in " + std::to_string(m.passesPerStep) + " passes");
+  os << "):\n";
   os << (s.momentsMove ? "  host to device (weights, AdamW moments):   " : "  host to device (weights):   ");
   printBytes(os, s.h2dBytesPerStep);
   os << (s.momentsMove ? "\n  device to host (gradients, weights, moments): " : "\n  device to host (gradients): ");
@@ -320,7 +336,8 @@ static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s) {
     return;
   }
   const StepPrediction &pr = s.prediction;
-  os << "  step time: " << seconds(pr.stepSeconds) << " per micro-batch (" << s.actions << " actions)\n";
+  os << "  step time: " << seconds(pr.stepSeconds) << " per " << (s.microBatchesPerPass > 1 ? "pass of " + std::to_string(s.microBatchesPerPass) + " micro-batches" : std::string("micro-batch"))
+     << " (" << s.actions << " actions)\n";
   os << "  busy:";
   for (int lane = 0; lane < kNumLanes; ++lane)
     os << (lane ? ", " : " ") << laneName(lane) << " " << seconds(pr.laneBusy[lane]);
@@ -328,7 +345,8 @@ static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s) {
   for (int lane = 0; lane < kNumLanes; ++lane)
     os << (lane ? ", " : " ") << laneName(lane) << " " << seconds(pr.criticalPath[lane]);
   os << "\n  bottleneck: " << laneName(pr.bottleneck) << "\n";
-  os << "  TFLOPS: " << llvm::format("%.2f", pr.tflops) << " (6 x parameters x batch x seq / step time)\n";
+  os << "  TFLOPS: " << llvm::format("%.2f", pr.tflops)
+     << (s.microBatchesPerPass > 1 ? " (6 x parameters x batch x seq x micro-batches / step time)\n" : " (6 x parameters x batch x seq / step time)\n");
   os << "  device memory in use: peak ";
   printBytes(os, pr.peakMemoryBytes);
   os << "\n";
@@ -366,6 +384,13 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
                                           "forward, whose first copy of each unit waits for that unit's update)"
                                         : "no (a step ends when the host's AdamW has updated every unit)")
        << "\n";
+  if (p.has_schedule() && r.memory.microBatchesPerStep > 1) {
+    const int perPass = passMicroBatches(p.schedule());
+    os << "  accumulation: " << r.memory.microBatchesPerStep << " micro-batches a step, " << perPass << " a pass ("
+       << (r.memory.passesPerStep == 1 ? std::string("one pass: each unit streams in once a step")
+                                       : std::to_string(r.memory.passesPerStep) + " passes, the gradients summed on the host between them")
+       << (perPass > 1 ? "; its gradients summed on the GPU over the pass's micro-batches" : "") << ")\n";
+  }
   os << "  format version: " << p.format_version() << " (megac " << p.megac_version() << ")\n";
 
   os << "\nunits (" << r.units.size() << ", in forward order):\n";
@@ -552,6 +577,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
       {"format_version", int64_t(p.format_version())},
       {"megac_version", utf8(p.megac_version())},
       {"overlap_steps", p.has_schedule() && p.schedule().overlap_steps()},
+      {"micro_batches_per_pass", p.has_schedule() ? int64_t(passMicroBatches(p.schedule())) : int64_t(1)},
       {"units", std::move(units)},
       {"templates", std::move(templates)},
       {"parameters", llvm::json::Object{{"total", m.parameters}, {"per_unit", std::move(perUnit)}}},
@@ -588,10 +614,11 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
     (*host)["bytes_per_parameter"] = sr.bytesPerParameter;
     root["gpu_memory"] = gpuMemoryJson(sr);
     root["moved_per_step"] = llvm::json::Object{{"micro_batches", m.microBatchesPerStep},
+                                                {"passes", m.passesPerStep},
                                                 {"host_to_device", bytesJson(sr.h2dBytesPerStep)},
                                                 {"device_to_host", bytesJson(sr.d2hBytesPerStep)},
-                                                {"host_to_device_per_micro_batch", bytesJson(sr.h2dBytesPerMicroBatch)},
-                                                {"device_to_host_per_micro_batch", bytesJson(sr.d2hBytesPerMicroBatch)}};
+                                                {"host_to_device_per_pass", bytesJson(sr.h2dBytesPerPass)},
+                                                {"device_to_host_per_pass", bytesJson(sr.d2hBytesPerPass)}};
     root["prediction"] = predictionJson(sr);
   } else {
     root["streamed"] = llvm::json::Object{

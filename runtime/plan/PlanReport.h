@@ -40,7 +40,7 @@ struct TemplateReport {
 struct MemoryReport {
   int64_t parameters = 0;
   // Host: fp32 master weights, AdamW m and v, and the step's gradients where
-  // the step keeps them (clip > 0 or grad_accum > 1).
+  // the step keeps them (clip > 0, or more than one pass: stepKeepsGradients).
   bool keepsGradients = false;
   int64_t masterWeightBytes = 0, adamMomentBytes = 0, gradientBytes = 0;
   int64_t hostBytes = 0;
@@ -54,6 +54,7 @@ struct MemoryReport {
   // Streaming each unit's weights in for forward and again for backward,
   // and its gradients out once, per micro-batch and per optimizer step.
   int64_t microBatchesPerStep = 1;
+  int64_t passesPerStep = 1; // grad_accum over the schedule's micro-batches per pass
   int64_t streamWeightsInBytes = 0; // per micro-batch, forward + backward
   int64_t streamGradientsOutBytes = 0;
   int64_t streamBytesPerMicroBatch = 0;
@@ -73,6 +74,7 @@ struct ScheduleReport {
   int32_t weightSlots = 0, gradSlots = 0;
   int64_t weightSlotBytes = 0, gradSlotBytes = 0;
   int64_t actions = 0;
+  int microBatchesPerPass = 1; // StreamSchedule.micro_batches (layer-major accumulation)
   // GPU: one allocation of deviceBytes (the peak the plan uses), cut into
   // regions; every DeviceRegion::Kind in enum order.
   std::vector<DeviceCategory> device;
@@ -85,7 +87,7 @@ struct ScheduleReport {
   // Bytes each way over PCIe: the schedule's PREFETCHes and OFFLOADs, and
   // (momentsMove: where a unit's AdamW runs on the GPU while it streams) its
   // FETCH_MOMENTS and WRITEBACKs.
-  int64_t h2dBytesPerMicroBatch = 0, d2hBytesPerMicroBatch = 0;
+  int64_t h2dBytesPerPass = 0, d2hBytesPerPass = 0;
   bool momentsMove = false;
   int64_t h2dBytesPerStep = 0, d2hBytesPerStep = 0;
   // The cost model's prediction for one micro-batch (absent, with the

@@ -171,9 +171,12 @@ void Timeline::header() {
       << p_.seq() << ", compute " << escape(p_.compute()) << ", " << p_.units_size() << " units, "
       << withCommas(p_.total_parameters()) << " parameters, " << s_.weightSlots << " weight slots</p>\n";
   os_ << "<p class=\"note\" id=\"label\"><b>" << escape(label_) << "</b></p>\n";
-  os_ << "<p class=\"note\" id=\"summary\">step " << t(pr_.stepSeconds) << " per micro-batch; bottleneck "
-      << laneName(pr_.bottleneck) << "; " << fmt("%.2f", pr_.tflops)
-      << " TFLOPS (6 x parameters x batch x seq / step time); device memory peak "
+  const bool passes = s_.microBatchesPerPass > 1;
+  os_ << "<p class=\"note\" id=\"summary\">step " << t(pr_.stepSeconds)
+      << (passes ? " per pass of " + std::to_string(s_.microBatchesPerPass) + " micro-batches" : std::string(" per micro-batch"))
+      << "; bottleneck " << laneName(pr_.bottleneck) << "; " << fmt("%.2f", pr_.tflops)
+      << (passes ? " TFLOPS (6 x parameters x batch x seq x micro-batches / step time)" : " TFLOPS (6 x parameters x batch x seq / step time)")
+      << "; device memory peak "
       << fmt("%.3f", double(pr_.peakMemoryBytes) / double(int64_t(1) << 30)) << " GiB in use of a "
       << fmt("%.3f", double(s_.deviceBytes) / double(int64_t(1) << 30)) << " GiB allocation</p>\n";
   if (span_ > pr_.stepSeconds * (1 + 1e-9))

@@ -20,6 +20,8 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
   os << "schedule: " << p.units_size() << " units, " << s.weight_slots() << " weight slots, " << s.grad_slots()
      << " grad slots (and as many pinned staging slots)"
      << (s.overlap_steps() ? "; steps overlap (the host's AdamW runs on beside the next step)" : "") << "\n";
+  if (passMicroBatches(s) > 1)
+    os << "micro-batches per pass: " << passMicroBatches(s) << " (each unit streams once a pass; mb<k>: which)\n";
   os << "slot bytes: weight " << s.weight_slot_bytes() << ", grad " << s.grad_slot_bytes() << "; pinned staging "
      << s.pinned_staging_bytes() << "\n";
   os << "device bytes: " << s.device_bytes() << " (budget " << s.gpu_budget_bytes() << ")\n";
@@ -45,14 +47,17 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
       os << " '" << p.activations(r.index()).name() << "'";
     if ((r.kind() == DeviceRegion::SAVED || r.kind() == DeviceRegion::RESIDENT) && r.index() >= 0 && r.index() < p.units_size())
       os << " '" << p.units(r.index()).name() << "'";
+    if (passMicroBatches(s) > 1 && perMicroBatch(r.kind())) os << " mb" << r.micro_batch();
     os << ": offset " << r.offset() << ", " << r.bytes() << " bytes, actions " << r.first_action() << ".."
        << r.last_action() << "\n";
   }
   os << "actions (" << s.actions_size() << "):\n";
   for (int i = 0; i < s.actions_size(); ++i) {
     const StreamAction &a = s.actions(i);
-    os << "  " << i << ": " << actionKindName(a.kind()) << " " << unitName(a.unit()) << " on "
-       << streamName(a.stream());
+    os << "  " << i << ": " << actionKindName(a.kind()) << " " << unitName(a.unit());
+    if (passMicroBatches(s) > 1 && (a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD))
+      os << " mb" << a.micro_batch();
+    os << " on " << streamName(a.stream());
     if ((a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD) && keepsActivations(p, a.unit()))
       os << " (keeps activations)";
     const bool resident = a.unit() >= 0 && a.unit() < p.units_size() && p.units(a.unit()).resident();

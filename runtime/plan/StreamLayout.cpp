@@ -263,6 +263,12 @@ std::string slotEventName(char slotKind, int slot, bool ready) {
 
 std::string unitUpdatedEventName(int unit) { return "u" + std::to_string(unit) + ".updated"; }
 
+bool stepKeepsGradients(const Plan &p) {
+  const int64_t accum = std::max<int64_t>(p.optimizer().grad_accum(), 1);
+  const int perPass = p.has_schedule() ? passMicroBatches(p.schedule()) : 1;
+  return p.optimizer().clip() > 0 || accum > perPass;
+}
+
 std::vector<int> unitsSharingParameters(const Plan &p, int unitIndex) {
   std::vector<int> out{unitIndex};
   for (int32_t q : p.units(unitIndex).parameters()) {

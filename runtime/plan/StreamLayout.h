@@ -175,6 +175,17 @@ inline bool steppedOnHost(const Unit &u) { return !u.resident() && !u.adamw_on_g
 // order): a tied parameter is updated once all of them added to its gradient.
 std::vector<int> unitsSharingParameters(const Plan &p, int unitIndex);
 
+// Micro-batches each pass carries through every unit (StreamSchedule.micro_batches; 1 where unset).
+inline int passMicroBatches(const StreamSchedule &s) { return s.micro_batches() > 1 ? s.micro_batches() : 1; }
+// Whether a region is one per micro-batch of the pass (DeviceRegion.micro_batch).
+inline bool perMicroBatch(DeviceRegion::Kind k) {
+  return k == DeviceRegion::CHECKPOINT || k == DeviceRegion::ACTIVATION_GRAD || k == DeviceRegion::DATA ||
+         k == DeviceRegion::SAVED;
+}
+// Whether a step keeps its gradients on the host until its end: with a clip
+// (the global norm first) or more than one pass (grad_accum over micro_batches).
+bool stepKeepsGradients(const Plan &p);
+
 const char *regionKindName(DeviceRegion::Kind k);
 const char *actionKindName(StreamAction::Kind k);
 // The unit weight layouts an action copies over PCIe: PREFETCH its weights

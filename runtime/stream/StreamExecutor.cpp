@@ -17,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <tuple>
 
 namespace megac::stream {
 
@@ -47,6 +48,12 @@ public:
   llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                          std::vector<float> *grads, float lr) override;
   llvm::Expected<double> evalLoss(const Tensor &tokens, const Tensor &targets) override;
+  int microBatchesPerPass() const override { return M_; }
+  llvm::Expected<std::vector<double>> forwardBackwardPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                                          const std::vector<float> &lossScales,
+                                                          std::vector<float> *grads, float lr,
+                                                          bool stepWhenSummed = false) override;
+  llvm::Expected<std::vector<double>> evalLosses(const std::vector<std::pair<Tensor, Tensor>> &batches) override;
   bool runsSchedule() const override { return true; }
   // Host times of the simulated interleaving: one action at a time, in the order the seed chose.
   std::vector<std::pair<double, double>> lastActionTimes() override {
@@ -60,8 +67,11 @@ protected:
 private:
   class ArenaShadow;
 
-  llvm::Error runPass(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale,
-                      std::vector<float> *grads, float lr, double &loss);
+  // One pass of the schedule's micro-batches (a forward-only pass may be
+  // given fewer: the rest repeat the last one's data, their losses dropped).
+  llvm::Error runPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches, bool backward,
+                      const std::vector<float> &lossScales, std::vector<float> *grads, float lr,
+                      std::vector<double> &losses, bool stepWhenSummed = false);
   llvm::Error execute(int i);
   // Action i of the pass `tag` (this one, or an earlier step's UPDATE left
   // over when steps overlap), with that pass's learning rate, step and books.
@@ -73,6 +83,7 @@ private:
   llvm::Error prefetch(int i, const plan::StreamAction &a);
   llvm::Error compute(int i, const plan::StreamAction &a);
   llvm::Error offload(int i, const plan::StreamAction &a);
+  llvm::Error expectWholeSum(int i, int gradSlot) const;
   llvm::Error update(int i, const plan::StreamAction &a);
   // A unit's weights and moments in the simulated device memory, each in its slot layout.
   struct DeviceAdamw {
@@ -86,7 +97,10 @@ private:
   bool onGpu(int u) const { return plan::adamwOnGpu(plan_.units(u)); }
 
   std::string actionText(int i) const;
-  llvm::Expected<uint8_t *> region(plan::DeviceRegion::Kind kind, int index, int64_t atLeast, int64_t *offset = nullptr);
+  llvm::Expected<uint8_t *> region(plan::DeviceRegion::Kind kind, int index, int64_t atLeast, int64_t *offset = nullptr,
+                                   int microBatch = 0);
+  // Index of (activation or unit, micro-batch) in the per-micro-batch books.
+  size_t at(int index, int microBatch) const { return size_t(index) * size_t(M_) + size_t(microBatch); }
   Fill fill(int action, int unit, int64_t offset, int64_t bytes, ShadowMemory &sh, const std::string &what);
   llvm::Error expect(int i, const Fill &f, const std::string &what, int wantUnit, int64_t offset, int64_t bytes,
                      const ShadowMemory &sh);
@@ -95,7 +109,7 @@ private:
   // to or from `dev`, where the unit's slot layout starts.
   void copyUnit(int u, std::vector<float> &host, uint8_t *dev, bool toDevice);
   // An activation's bytes: its DATA or CHECKPOINT region, the fill that wrote it.
-  llvm::Expected<Tensor> activationView(int i, int32_t act, bool checkFilled);
+  llvm::Expected<Tensor> activationView(int i, int32_t act, int microBatch, bool checkFilled);
   Tensor viewOf(uint8_t *at, const plan::TensorType &t) const {
     return Tensor::view(DType(int(t.dtype())), Shape(t.shape().begin(), t.shape().end()), at);
   }
@@ -109,7 +123,8 @@ private:
   uint8_t *dev_ = nullptr;
   size_t devBytes_ = 0;
   std::vector<uint8_t> staging_;
-  std::map<std::pair<int, int>, const plan::DeviceRegion *> regions_;
+  std::map<std::tuple<int, int, int>, const plan::DeviceRegion *> regions_; // (kind, index, micro-batch)
+  int M_ = 1;                                                               // micro-batches per pass
   std::vector<plan::WeightLayout> layouts_;
   std::vector<plan::SavedLayout> savedLayouts_; // per template
   std::vector<int> producer_;                   // activation -> unit, -1 for data
@@ -118,7 +133,8 @@ private:
 
   ShadowMemory shadow_, stagingShadow_;
   int64_t nextStamp_ = 0, pass_ = 0;
-  std::vector<Fill> weightSlot_, gradSlot_, stagingSlot_, activation_, activationGrad_, saved_, resident_, momentSlot_;
+  std::vector<Fill> weightSlot_, gradSlot_, stagingSlot_, resident_, momentSlot_;
+  std::vector<Fill> activation_, activationGrad_, saved_; // per (activation or unit, micro-batch): at()
 
   // Each pass (micro-batch) whose actions have not all run: with
   // overlapping steps, a step's CPU UPDATEs run on into the next passes.
@@ -127,6 +143,7 @@ private:
     float lr = 0;
     int64_t step = 0;
     std::vector<float> *grads = nullptr;
+    bool stepWhenSummed = false; // the step's last pass: each parameter steps from `grads` once summed
     std::vector<bool> updated;   // per unit: its AdamW ran
     std::vector<bool> updateRan; // per unit: its CPU UPDATE ran (poisoned or not)
     std::vector<std::pair<double, double>> times; // seconds from `start`
@@ -137,11 +154,14 @@ private:
 
   // This micro-batch.
   bool backwardPass_ = false;
-  float lossScale_ = 1, lr_ = 0;
+  std::vector<float> lossScales_; // per micro-batch of the pass
+  float lr_ = 0;
   std::vector<float> *grads_ = nullptr;
-  double loss_ = 0;
+  std::vector<double> losses_;
   std::vector<int> pending_;
   std::vector<std::vector<float>> partial_;
+  bool stepWhenSummed_ = false;
+  std::vector<int> sumPending_; // per parameter: contributions still to come this pass (stepWhenSummed_)
   // The NaN/Inf check of each unit's gradients, right after its BACKWARD, as
   // the GPU runtime does it (runtime/cuda/FiniteCheckKernels.h): the first
   // bad unit in backward order, and the verdict that travels with each grad
@@ -159,6 +179,8 @@ std::string StreamExecutor::actionText(int i) const {
   const plan::StreamAction &a = s_->actions(i);
   std::string t = "action " + std::to_string(i) + " (" + plan::actionKindName(a.kind()) + " of '" +
                   plan_.units(a.unit()).name() + "'";
+  if (M_ > 1 && (a.kind() == plan::StreamAction::FORWARD || a.kind() == plan::StreamAction::BACKWARD))
+    t += ", micro-batch " + std::to_string(a.micro_batch());
   if (a.weight_slot() >= 0) t += ", weight slot " + std::to_string(a.weight_slot());
   if (a.grad_slot() >= 0) t += ", grad slot " + std::to_string(a.grad_slot());
   return t + ")";
@@ -192,7 +214,12 @@ llvm::Error StreamExecutor::init() {
   if (m == MAP_FAILED)
     return err("cannot map the " + llvm::Twine(int64_t(devBytes_)) + " bytes the plan's device allocation takes");
   dev_ = static_cast<uint8_t *>(m);
-  for (const plan::DeviceRegion &r : s.regions()) regions_[{int(r.kind()), r.index()}] = &r;
+  M_ = plan::passMicroBatches(s);
+  if (M_ > 4096) return err("the plan's schedule carries " + llvm::Twine(M_) + " micro-batches a pass (at most 4096)");
+  for (const plan::StreamAction &a : s.actions())
+    if (a.micro_batch() < 0 || a.micro_batch() >= M_)
+      return err("the plan's schedule has an action of micro-batch " + llvm::Twine(a.micro_batch()) + " of " + llvm::Twine(M_));
+  for (const plan::DeviceRegion &r : s.regions()) regions_[{int(r.kind()), r.index(), r.micro_batch()}] = &r;
   for (int u = 0; u < plan_.units_size(); ++u) {
     for (int32_t id : plan_.units(u).parameters())
       if (id < 0 || id >= plan_.parameters_size())
@@ -236,19 +263,20 @@ llvm::Error StreamExecutor::init() {
   momentSlot_ = weightSlot_;
   gradSlot_.assign(size_t(s.grad_slots()), {});
   stagingSlot_ = gradSlot_;
-  activation_.assign(size_t(A), {});
+  activation_.assign(size_t(A) * size_t(M_), {});
   activationGrad_ = activation_;
-  saved_.assign(size_t(plan_.units_size()), {});
-  resident_ = saved_;
+  saved_.assign(size_t(plan_.units_size()) * size_t(M_), {});
+  resident_.assign(size_t(plan_.units_size()), {});
   sim_ = std::make_unique<StreamSimulation>(s);
   return llvm::Error::success();
 }
 
 llvm::Expected<uint8_t *> StreamExecutor::region(plan::DeviceRegion::Kind kind, int index, int64_t atLeast,
-                                                 int64_t *offset) {
-  auto it = regions_.find({int(kind), index});
+                                                 int64_t *offset, int microBatch) {
+  auto it = regions_.find({int(kind), index, microBatch});
   if (it == regions_.end())
-    return err("the plan's device layout has no " + plan::DeviceRegion::Kind_Name(kind) + " region " + llvm::Twine(index));
+    return err("the plan's device layout has no " + plan::DeviceRegion::Kind_Name(kind) + " region " + llvm::Twine(index) +
+               (microBatch ? " of micro-batch " + llvm::Twine(microBatch) : llvm::Twine()));
   if (it->second->bytes() < atLeast)
     return err("the plan's " + plan::DeviceRegion::Kind_Name(kind) + " region " + llvm::Twine(index) + " holds " +
                llvm::Twine(it->second->bytes()) + " bytes; it needs " + llvm::Twine(atLeast));
@@ -267,7 +295,7 @@ llvm::Error StreamExecutor::expect(int i, const Fill &f, const std::string &what
                                    int64_t bytes, const ShadowMemory &sh) {
   auto by = [&](int action) { return action >= 0 ? actionText(action) : std::string("the runtime"); };
   if (f.pass != pass_)
-    return err("schedule: " + actionText(i) + " reads " + what + " before anything filled it this micro-batch" +
+    return err("schedule: " + actionText(i) + " reads " + what + " before anything filled it this pass" +
                (f.pass >= 0 ? " (it holds what " + by(f.action) + " wrote before)" : std::string()));
   if (wantUnit >= 0 && f.unit != wantUnit)
     return err("schedule: " + actionText(i) + " reads " + what + ", which holds " +
@@ -353,15 +381,15 @@ void StreamExecutor::syncHostState(bool callerWrites) {
   hostNewer_ |= callerWrites;
 }
 
-llvm::Expected<Tensor> StreamExecutor::activationView(int i, int32_t act, bool checkFilled) {
+llvm::Expected<Tensor> StreamExecutor::activationView(int i, int32_t act, int mb, bool checkFilled) {
   const plan::Activation &a = plan_.activations(act);
   const int64_t bytes = plan::typeBytes(a.type());
   const auto kind = producer_[size_t(act)] < 0 ? plan::DeviceRegion::DATA : plan::DeviceRegion::CHECKPOINT;
   int64_t off = 0;
-  auto p = region(kind, act, bytes, &off);
+  auto p = region(kind, act, bytes, &off, mb);
   if (!p) return p.takeError();
   if (checkFilled)
-    if (auto e = expect(i, activation_[size_t(act)], "activation '" + a.name() + "'", -1, off, bytes, shadow_))
+    if (auto e = expect(i, activation_[at(act, mb)], "activation '" + a.name() + "'", -1, off, bytes, shadow_))
       return std::move(e);
   return viewOf(*p, a.type());
 }
@@ -402,9 +430,12 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
   const std::string progName = "template '" + tp.name() + "' " + (fwd ? "forward" : "backward");
   const plan::WeightLayout &lay = layouts_[size_t(u)];
   std::vector<Tensor> args, results;
+  // Micro-batch mb of the pass (init checked the range).
+  const int mb = a.micro_batch();
+  const bool lastMb = mb == M_ - 1;
 
   for (int32_t act : unit.activation_inputs()) {
-    auto v = activationView(i, act, true);
+    auto v = activationView(i, act, mb, true);
     if (!v) return v.takeError();
     args.push_back(*v);
   }
@@ -438,7 +469,7 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
   int64_t savedOff = 0;
   if (keep) {
     const plan::SavedLayout &sl = savedLayouts_[tid];
-    auto base = region(plan::DeviceRegion::SAVED, u, sl.bytes, &savedOff);
+    auto base = region(plan::DeviceRegion::SAVED, u, sl.bytes, &savedOff, mb);
     if (!base) return base.takeError();
     const plan::Program &f = tp.forward_keep();
     for (size_t k = 0; k < sl.offsets.size(); ++k) {
@@ -446,7 +477,7 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
       saved.push_back(viewOf(*base + sl.offsets[k], f.values(v).type()));
     }
     if (!fwd)
-      if (auto e = expect(i, saved_[size_t(u)], "the saved values of unit '" + unit.name() + "'", -1, savedOff, sl.bytes, shadow_))
+      if (auto e = expect(i, saved_[at(u, mb)], "the saved values of unit '" + unit.name() + "'", -1, savedOff, sl.bytes, shadow_))
         return e;
   }
 
@@ -456,7 +487,7 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
   int64_t gslotOff = 0;
   if (fwd) {
     for (int32_t act : unit.activation_outputs()) {
-      auto v = activationView(i, act, false);
+      auto v = activationView(i, act, mb, false);
       if (!v) return v.takeError();
       results.push_back(*v);
     }
@@ -466,7 +497,7 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
       const plan::Activation &ac = plan_.activations(act);
       const int64_t bytes = plan::typeBytes(ac.type());
       int64_t off = 0;
-      auto g = region(plan::DeviceRegion::ACTIVATION_GRAD, act, bytes, &off);
+      auto g = region(plan::DeviceRegion::ACTIVATION_GRAD, act, bytes, &off, mb);
       if (!g) return g.takeError();
       bool fromConsumer = false;
       for (auto [c, pos] : users_[size_t(act)]) fromConsumer |= gradFlows(c, pos);
@@ -474,9 +505,9 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
         // The loss's seed, or zeros where no later unit differentiates it: the runtime fills it now.
         Tensor t = viewOf(*g, ac.type());
         std::memset(*g, 0, size_t(bytes));
-        if (ac.kind() == plan::Activation::LOSS) t.setFromDouble(0, lossScale_);
-        activationGrad_[size_t(act)] = fill(i, -1, off, bytes, shadow_, "the gradient of '" + ac.name() + "'");
-      } else if (auto e = expect(i, activationGrad_[size_t(act)], "the gradient of '" + ac.name() + "'", -1, off, bytes, shadow_)) {
+        if (ac.kind() == plan::Activation::LOSS) t.setFromDouble(0, lossScales_[size_t(mb)]);
+        activationGrad_[at(act, mb)] = fill(i, -1, off, bytes, shadow_, "the gradient of '" + ac.name() + "'");
+      } else if (auto e = expect(i, activationGrad_[at(act, mb)], "the gradient of '" + ac.name() + "'", -1, off, bytes, shadow_)) {
         return e;
       }
       args.push_back(viewOf(*g, ac.type()));
@@ -486,13 +517,13 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
       if (!tp.input_has_gradient(k)) continue;
       const int32_t act = unit.activation_inputs(k);
       const plan::Activation &ac = plan_.activations(act);
-      if (producer_[size_t(act)] < 0 || activationGrad_[size_t(act)].pass == pass_) {
+      if (producer_[size_t(act)] < 0 || activationGrad_[at(act, mb)].pass == pass_) {
         viaTemp.push_back(Tensor(DType(int(ac.type().dtype())), Shape(ac.type().shape().begin(), ac.type().shape().end())));
         results.push_back(viaTemp.back());
         continue;
       }
       viaTemp.emplace_back();
-      auto g = region(plan::DeviceRegion::ACTIVATION_GRAD, act, plan::typeBytes(ac.type()));
+      auto g = region(plan::DeviceRegion::ACTIVATION_GRAD, act, plan::typeBytes(ac.type()), nullptr, mb);
       if (!g) return g.takeError();
       results.push_back(viewOf(*g, ac.type()));
     }
@@ -500,8 +531,22 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
     if (gs < 0 || gs >= s_->grad_slots()) return err("schedule: " + actionText(i) + " names no grad slot");
     auto gslot = region(plan::DeviceRegion::GRAD_SLOT, gs, lay.bytes, &gslotOff);
     if (!gslot) return gslot.takeError();
-    for (int j = 0; j < unit.parameters_size(); ++j)
-      results.push_back(viewOf(*gslot + lay.offsets[size_t(j)], plan_.parameters(unit.parameters(j)).type()));
+    // A later micro-batch adds to what the earlier ones summed in the slot:
+    // the slot must hold this unit's gradients of micro-batch mb-1, this pass.
+    if (mb > 0) {
+      const Fill &f = gradSlot_[size_t(gs)];
+      if (auto e = expect(i, f, "grad slot " + std::to_string(gs), u, gslotOff, lay.bytes, shadow_)) return e;
+      if (f.action < 0 || s_->actions(f.action).kind() != plan::StreamAction::BACKWARD ||
+          s_->actions(f.action).micro_batch() != mb - 1)
+        return err("schedule: " + actionText(i) + " adds micro-batch " + std::to_string(mb) + "'s gradients to grad slot " +
+                   std::to_string(gs) + ", which holds what " + (f.action >= 0 ? actionText(f.action) : std::string("the runtime")) +
+                   " wrote, not the unit's sum to micro-batch " + std::to_string(mb - 1));
+    }
+    for (int j = 0; j < unit.parameters_size(); ++j) {
+      const plan::TensorType &t = plan_.parameters(unit.parameters(j)).type();
+      if (mb == 0) results.push_back(viewOf(*gslot + lay.offsets[size_t(j)], t));
+      else results.push_back(Tensor(DType(int(t.dtype())), Shape(t.shape().begin(), t.shape().end())));
+    }
   }
 
   int64_t arenaOff = 0;
@@ -509,7 +554,7 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
   if (!arena) return arena.takeError();
   std::optional<ArenaShadow> obs;
   if (opts_.checkReads) obs.emplace(*this, i, arenaOff, size_t(pp.values_size()), progName);
-  if (auto e = prog.runInArena(args, *arena, regions_.at({int(plan::DeviceRegion::ARENA), 0})->bytes(), results,
+  if (auto e = prog.runInArena(args, *arena, regions_.at({int(plan::DeviceRegion::ARENA), 0, 0})->bytes(), results,
                                obs ? &*obs : nullptr))
     return err("unit '" + unit.name() + "'" + (fwd ? "" : " backward") + ": " + llvm::toString(std::move(e)));
 
@@ -517,19 +562,22 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
   if (fwd) {
     for (int32_t act : unit.activation_outputs()) {
       const plan::Activation &ac = plan_.activations(act);
-      int64_t off = regions_.at({int(plan::DeviceRegion::CHECKPOINT), act})->offset();
-      activation_[size_t(act)] = fill(i, -1, off, plan::typeBytes(ac.type()), shadow_, "activation '" + ac.name() + "'");
+      int64_t off = 0;
+      auto v = region(plan::DeviceRegion::CHECKPOINT, act, plan::typeBytes(ac.type()), &off, mb);
+      if (!v) return v.takeError();
+      activation_[at(act, mb)] = fill(i, -1, off, plan::typeBytes(ac.type()), shadow_, "activation '" + ac.name() + "'");
       if (ac.kind() == plan::Activation::LOSS) {
-        auto v = activationView(i, act, false);
-        if (!v) return v.takeError();
-        loss_ = v->getAsDouble(0);
-        if (backwardPass_ && !std::isfinite(loss_) && !plan_.optimizer().no_finite_check())
+        const double loss = viewOf(*v, ac.type()).getAsDouble(0);
+        losses_[size_t(mb)] = loss;
+        if (backwardPass_ && !std::isfinite(loss) && !plan_.optimizer().no_finite_check())
           return llvm::make_error<runtime::NonFiniteError>(
-              "the loss is " + std::to_string(loss_) + " (forward, before any update)", "");
+              "the loss is " + std::to_string(loss) + " (forward, before any update)" +
+                  (M_ > 1 ? " in micro-batch " + std::to_string(mb) + " of the pass" : std::string()),
+              "");
       }
     }
     if (keep)
-      saved_[size_t(u)] = fill(i, -1, savedOff, savedLayouts_[tid].bytes, shadow_, "the saved values of unit '" + unit.name() + "'");
+      saved_[at(u, mb)] = fill(i, -1, savedOff, savedLayouts_[tid].bytes, shadow_, "the saved values of unit '" + unit.name() + "'");
     return llvm::Error::success();
   }
   size_t r = 0;
@@ -540,18 +588,29 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
     const int64_t bytes = plan::typeBytes(ac.type());
     const Tensor &tmp = viaTemp[r++];
     if (producer_[size_t(act)] < 0) continue; // data: nothing reads its gradient
-    int64_t off = regions_.at({int(plan::DeviceRegion::ACTIVATION_GRAD), act})->offset();
+    int64_t off = 0;
+    auto gr = region(plan::DeviceRegion::ACTIVATION_GRAD, act, bytes, &off, mb);
+    if (!gr) return gr.takeError();
     if (tmp.defined()) { // another consumer's gradient is there: add this one, as the direct path does
-      if (auto e = expect(i, activationGrad_[size_t(act)], "the gradient of '" + ac.name() + "'", -1, off, bytes, shadow_)) return e;
-      float *d = reinterpret_cast<float *>(dev_ + off);
+      if (auto e = expect(i, activationGrad_[at(act, mb)], "the gradient of '" + ac.name() + "'", -1, off, bytes, shadow_)) return e;
+      float *d = reinterpret_cast<float *>(*gr);
       const float *sv = tmp.data<float>();
       for (int64_t x = 0; x < tmp.numel(); ++x) d[x] += sv[x];
     }
-    activationGrad_[size_t(act)] = fill(i, -1, off, bytes, shadow_, "the gradient of '" + ac.name() + "'");
+    activationGrad_[at(act, mb)] = fill(i, -1, off, bytes, shadow_, "the gradient of '" + ac.name() + "'");
   }
-  if (injectNan_ && injectNan_->at(unit.name(), state_.step) && unit.parameters_size() > 0)
+  // A later micro-batch's parameter gradients, added to the slot's sum (in
+  // micro-batch order: the host's accumulation over passes adds them so).
+  for (int j = 0; mb > 0 && j < unit.parameters_size(); ++j) {
+    float *d = reinterpret_cast<float *>(dev_ + gslotOff + lay.offsets[size_t(j)]);
+    const Tensor &t = results[results.size() - size_t(unit.parameters_size()) + size_t(j)];
+    const float *sv = t.data<float>();
+    for (int64_t x = 0; x < t.numel(); ++x) d[x] += sv[x];
+  }
+  // The slot holds the unit's gradients once its last micro-batch has added to them.
+  if (lastMb && injectNan_ && injectNan_->at(unit.name(), state_.step) && unit.parameters_size() > 0)
     reinterpret_cast<float *>(dev_ + gslotOff + lay.offsets[0])[0] = NAN;
-  if (!plan_.optimizer().no_finite_check() && backwardPass_) {
+  if (lastMb && !plan_.optimizer().no_finite_check() && backwardPass_) {
     for (int k = 0; k < unit.parameters_size() && !poison_; ++k) {
       const plan::Parameter &p = plan_.parameters(unit.parameters(k));
       const float *g = reinterpret_cast<const float *>(dev_ + gslotOff + lay.offsets[size_t(k)]);
@@ -567,6 +626,16 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
   return llvm::Error::success();
 }
 
+// What leaves grad slot g (OFFLOAD, a GPU UPDATE) is the whole pass's sum:
+// the slot was last written by its unit's last micro-batch.
+llvm::Error StreamExecutor::expectWholeSum(int i, int g) const {
+  const int by = gradSlot_[size_t(g)].action;
+  if (by >= 0 && s_->actions(by).kind() == plan::StreamAction::BACKWARD && s_->actions(by).micro_batch() == M_ - 1)
+    return llvm::Error::success();
+  return err("schedule: " + actionText(i) + " reads grad slot " + std::to_string(g) + " before the unit's last micro-batch added to it (it holds what " +
+             (by >= 0 ? actionText(by) : std::string("the runtime")) + " wrote)");
+}
+
 llvm::Error StreamExecutor::offload(int i, const plan::StreamAction &a) {
   const int u = a.unit(), g = a.grad_slot();
   if (plan_.units(u).resident()) return err("schedule: " + actionText(i) + ": the unit is resident; its gradients stay");
@@ -576,6 +645,7 @@ llvm::Error StreamExecutor::offload(int i, const plan::StreamAction &a) {
   auto slot = region(plan::DeviceRegion::GRAD_SLOT, g, lay.bytes, &off);
   if (!slot) return slot.takeError();
   if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, off, lay.bytes, shadow_)) return e;
+  if (auto e = expectWholeSum(i, g)) return e;
   if (lay.bytes > s_->grad_slot_bytes()) return err("schedule: " + actionText(i) + ": the unit's gradients do not fit a staging slot");
   const int64_t stagingOff = int64_t(g) * s_->grad_slot_bytes();
   std::memcpy(staging_.data() + stagingOff, *slot, size_t(lay.bytes));
@@ -601,6 +671,7 @@ llvm::Error StreamExecutor::updateFrom(int u, const uint8_t *base, bool poisoned
     if (grads_) {
       float *dst = grads_->data() + p.host_offset();
       for (int64_t x = 0; x < p.numel(); ++x) dst[x] += g[x];
+      if (stepWhenSummed_ && --sumPending_[size_t(pid)] == 0) updateParam(pid, dst, lr_, 1.0f);
       continue;
     }
     if (dev) {
@@ -610,7 +681,7 @@ llvm::Error StreamExecutor::updateFrom(int u, const uint8_t *base, bool poisoned
     }
     updateOrAccumulate(pid, g, lr_, pending_, partial_);
   }
-  if (!grads_) (*updated_)[size_t(u)] = true;
+  if (!grads_ || stepWhenSummed_) (*updated_)[size_t(u)] = true;
   return llvm::Error::success();
 }
 
@@ -635,6 +706,7 @@ llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
   auto gs = region(plan::DeviceRegion::GRAD_SLOT, g, lay.bytes, &gOff);
   if (!gs) return gs.takeError();
   if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, gOff, lay.bytes, shadow_)) return e;
+  if (auto e = expectWholeSum(i, g)) return e;
   const bool poisoned = poison_ && !plan_.optimizer().no_finite_check();
   if (unit.resident()) {
     const plan::ResidentLayout rl = plan::residentLayout(plan_, u);
@@ -728,14 +800,25 @@ llvm::Error StreamExecutor::execute(int i) {
   }
 }
 
-llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets, bool backward, float lossScale,
-                                    std::vector<float> *grads, float lr, double &loss) {
+llvm::Error StreamExecutor::runPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches, bool backward,
+                                    const std::vector<float> &lossScales, std::vector<float> *grads, float lr,
+                                    std::vector<double> &losses, bool stepWhenSummed) {
+  if (microBatches.empty() || microBatches.size() > size_t(M_) || (backward && microBatches.size() != size_t(M_)) ||
+      (backward && lossScales.size() != size_t(M_)))
+    return err("a pass of the plan's schedule carries " + llvm::Twine(M_) + " micro-batches, not " +
+               llvm::Twine(microBatches.size()));
   ++pass_;
   backwardPass_ = backward;
-  lossScale_ = lossScale;
+  lossScales_ = lossScales;
+  lossScales_.resize(size_t(M_), 0.0f);
   lr_ = lr;
   grads_ = grads;
-  loss_ = NAN;
+  stepWhenSummed_ = grads && stepWhenSummed;
+  if (stepWhenSummed_) {
+    sumPending_.assign(size_t(plan_.parameters_size()), 0);
+    for (int p = 0; p < plan_.parameters_size(); ++p) sumPending_[size_t(p)] = plan_.parameters(p).units_size();
+  }
+  losses_.assign(size_t(M_), NAN);
   poison_ = false;
   firstBad_.clear();
   PassContext &ctx = passes_[pass_];
@@ -743,6 +826,7 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
   ctx.lr = lr;
   ctx.step = state_.step;
   ctx.grads = grads;
+  ctx.stepWhenSummed = stepWhenSummed_;
   ctx.updated.assign(size_t(plan_.units_size()), false);
   ctx.updateRan = ctx.updated;
   ctx.times.assign(size_t(s_->actions_size()), {0.0, 0.0});
@@ -756,18 +840,22 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
     copyResident(true);
     hostNewer_ = false;
   }
-  // The micro-batch's data, before any action.
-  for (int i = 0; i < plan_.activations_size(); ++i) {
-    const plan::Activation &a = plan_.activations(i);
-    if (a.kind() != plan::Activation::DATA_TOKENS && a.kind() != plan::Activation::DATA_TARGETS) continue;
-    if (users_[size_t(i)].empty()) continue;
-    auto t = dataTensor(a, a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets);
-    if (!t) return t.takeError();
-    int64_t off = 0;
-    auto p = region(plan::DeviceRegion::DATA, i, int64_t(t->nbytes()), &off);
-    if (!p) return p.takeError();
-    std::memcpy(*p, t->raw(), t->nbytes());
-    activation_[size_t(i)] = fill(-1, -1, off, int64_t(t->nbytes()), shadow_, "data '" + a.name() + "'");
+  // The micro-batches' data, before any action (a forward-only pass given
+  // fewer: the last one's again).
+  for (int mb = 0; mb < M_; ++mb) {
+    const auto &[tokens, targets] = microBatches[std::min(size_t(mb), microBatches.size() - 1)];
+    for (int i = 0; i < plan_.activations_size(); ++i) {
+      const plan::Activation &a = plan_.activations(i);
+      if (a.kind() != plan::Activation::DATA_TOKENS && a.kind() != plan::Activation::DATA_TARGETS) continue;
+      if (users_[size_t(i)].empty()) continue;
+      auto t = dataTensor(a, a.kind() == plan::Activation::DATA_TOKENS ? tokens : targets);
+      if (!t) return t.takeError();
+      int64_t off = 0;
+      auto p = region(plan::DeviceRegion::DATA, i, int64_t(t->nbytes()), &off, mb);
+      if (!p) return p.takeError();
+      std::memcpy(*p, t->raw(), t->nbytes());
+      activation_[at(i, mb)] = fill(-1, -1, off, int64_t(t->nbytes()), shadow_, "data '" + a.name() + "'");
+    }
   }
   std::vector<int> actions;
   int last = s_->actions_size() - 1;
@@ -808,7 +896,7 @@ llvm::Error StreamExecutor::runPass(const Tensor &tokens, const Tensor &targets,
     return llvm::make_error<runtime::NonFiniteError>(firstBad_, runtime::updatedUnitList(updated));
   }
   retirePasses();
-  loss = loss_;
+  losses.assign(losses_.begin(), losses_.begin() + long(microBatches.size()));
   return llvm::Error::success();
 }
 
@@ -820,10 +908,12 @@ llvm::Error StreamExecutor::executeIn(int i, int64_t tag) {
   const int64_t pass = pass_, step = state_.step;
   const float lr = lr_;
   std::vector<float> *grads = grads_;
+  const bool summed = stepWhenSummed_;
   pass_ = tag;
   state_.step = c.step;
   lr_ = c.lr;
   grads_ = c.grads;
+  stepWhenSummed_ = c.stepWhenSummed;
   updated_ = &c.updated;
   const auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count(); };
   const double t0 = since();
@@ -833,6 +923,7 @@ llvm::Error StreamExecutor::executeIn(int i, int64_t tag) {
   state_.step = step;
   lr_ = lr;
   grads_ = grads;
+  stepWhenSummed_ = summed;
   return r;
 }
 
@@ -860,16 +951,39 @@ void StreamExecutor::retirePasses() {
 
 llvm::Expected<double> StreamExecutor::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                        std::vector<float> *grads, float lr) {
+  if (M_ != 1)
+    return err("forwardBackward runs one micro-batch; the plan's passes carry " + llvm::Twine(M_) + " (forwardBackwardPass)");
+  auto losses = forwardBackwardPass({{tokens, targets}}, {lossScale}, grads, lr);
+  if (!losses) return losses.takeError();
+  return losses->front();
+}
+
+llvm::Expected<std::vector<double>> StreamExecutor::forwardBackwardPass(
+    const std::vector<std::pair<Tensor, Tensor>> &microBatches, const std::vector<float> &lossScales,
+    std::vector<float> *grads, float lr, bool stepWhenSummed) {
   if (grads && int64_t(grads->size()) < hostElements_) return err("forwardBackward: the gradient array is too small");
-  double loss = 0;
-  if (auto e = runPass(tokens, targets, true, lossScale, grads, lr, loss)) return std::move(e);
-  return loss;
+  std::vector<double> losses;
+  if (auto e = runPass(microBatches, true, lossScales, grads, lr, losses, stepWhenSummed)) return std::move(e);
+  return losses;
 }
 
 llvm::Expected<double> StreamExecutor::evalLoss(const Tensor &tokens, const Tensor &targets) {
-  double loss = 0;
-  if (auto e = runPass(tokens, targets, false, 1.0f, nullptr, 0.0f, loss)) return std::move(e);
-  return loss;
+  auto losses = evalLosses({{tokens, targets}});
+  if (!losses) return losses.takeError();
+  return losses->front();
+}
+
+// Forward-only passes of up to M_ batches each.
+llvm::Expected<std::vector<double>> StreamExecutor::evalLosses(const std::vector<std::pair<Tensor, Tensor>> &batches) {
+  std::vector<double> out;
+  for (size_t first = 0; first < batches.size(); first += size_t(M_)) {
+    const std::vector<std::pair<Tensor, Tensor>> pass(batches.begin() + long(first),
+                                                      batches.begin() + long(std::min(batches.size(), first + size_t(M_))));
+    std::vector<double> losses;
+    if (auto e = runPass(pass, false, {}, nullptr, 0.0f, losses)) return std::move(e);
+    out.insert(out.end(), losses.begin(), losses.end());
+  }
+  return out;
 }
 
 } // namespace

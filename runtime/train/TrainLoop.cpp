@@ -257,13 +257,11 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
           return std::move(e);
       auto weights = microBatchWeights(batches, plan.ignore_index());
       if (!weights) return weights.takeError();
+      auto losses = trainer.evalLosses(batches);
+      if (!losses) return losses.takeError();
       double vl = 0;
-      for (size_t k = 0; k < batches.size(); ++k) {
-        if ((*weights)[k] == 0) continue;
-        auto l = trainer.evalLoss(batches[k].first, batches[k].second);
-        if (!l) return l.takeError();
-        vl += double((*weights)[k]) * *l;
-      }
+      for (size_t k = 0; k < batches.size(); ++k)
+        if ((*weights)[k] != 0) vl += double((*weights)[k]) * (*losses)[k];
       if (!opts.quiet) llvm::outs() << llvm::format("step %6lld  val_loss %.4f\n", (long long)step, vl);
       if (log) *log << "{\"step\": " << step << ", \"val_loss\": " << jsonNumber(vl) << "}\n";
     }

@@ -7,6 +7,7 @@
 #include "runtime/cpu/Gemm.h"
 #include "runtime/plan/UnitPrograms.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -305,37 +306,73 @@ llvm::Expected<std::vector<float>> microBatchWeights(const std::vector<std::pair
   return w;
 }
 
+llvm::Expected<std::vector<double>> Trainer::forwardBackwardPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                                                 const std::vector<float> &lossScales,
+                                                                 std::vector<float> *grads, float lr, bool stepWhenSummed) {
+  if (microBatches.size() != 1 || lossScales.size() != 1)
+    return err("internal error: the direct path's pass carries one micro-batch, not " + llvm::Twine(microBatches.size()));
+  auto loss = forwardBackward(microBatches[0].first, microBatches[0].second, lossScales[0], grads, lr);
+  if (!loss) return loss.takeError();
+  if (grads && stepWhenSummed) // the direct path: every parameter after the pass
+    for (int p = 0; p < plan_.parameters_size(); ++p)
+      updateParam(p, grads->data() + plan_.parameters(p).host_offset(), lr, 1.0f);
+  return std::vector<double>{*loss};
+}
+
+bool Trainer::stepsInLastPass(size_t microBatches) const {
+  if (plan_.optimizer().clip() > 0 || microBatches <= size_t(microBatchesPerPass())) return false;
+  for (const plan::Unit &u : plan_.units())
+    if (u.resident() || u.adamw_on_gpu()) return false;
+  return true;
+}
+
+llvm::Expected<std::vector<double>> Trainer::evalLosses(const std::vector<std::pair<Tensor, Tensor>> &batches) {
+  std::vector<double> out;
+  for (const auto &b : batches) {
+    auto l = evalLoss(b.first, b.second);
+    if (!l) return l.takeError();
+    out.push_back(*l);
+  }
+  return out;
+}
+
 llvm::Expected<StepStats> Trainer::step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) {
   StepStats stats;
   const plan::Optimizer &o = plan_.optimizer();
-  bool keepGrads = o.clip() > 0 || microBatches.size() > 1;
+  const size_t perPass = size_t(microBatchesPerPass());
+  if (microBatches.empty() || microBatches.size() % perPass != 0)
+    return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's passes carry " +
+               llvm::Twine(perPass) + " each");
+  // Keep the step's gradients (4 bytes per parameter) for the global norm
+  // or the remaining passes.
+  const bool keepGrads = o.clip() > 0 || microBatches.size() > perPass;
   auto weights = microBatchWeights(microBatches, plan_.ignore_index());
   if (!weights) return weights.takeError();
   ++state_.step;
-  if (!keepGrads) {
-    auto loss = forwardBackward(microBatches[0].first, microBatches[0].second, 1.0f, nullptr, lr);
-    if (!loss) {
-      --state_.step;
-      return loss.takeError();
-    }
-    stats.loss = *loss;
-    return stats;
-  }
-  // Keep the step's gradients (4 bytes per parameter) for the global norm
-  // or the remaining micro-batches.
-  std::vector<float> grads(size_t(hostElements_), 0.0f);
+  std::vector<float> grads;
+  if (keepGrads) grads.assign(size_t(hostElements_), 0.0f);
+  // Without a clip, the last pass steps each parameter once its sum is in.
+  const bool inLastPass = keepGrads && stepsInLastPass(microBatches.size());
+  bool stepped = false;
   double lossSum = 0;
-  for (size_t k = 0; k < microBatches.size(); ++k) {
-    const float w = (*weights)[k];
-    if (w == 0) continue; // counts no target: nothing to add
-    auto loss = forwardBackward(microBatches[k].first, microBatches[k].second, w, &grads, lr);
-    if (!loss) {
+  for (size_t first = 0; first < microBatches.size(); first += perPass) {
+    const std::vector<float> scales(weights->begin() + long(first), weights->begin() + long(first + perPass));
+    const bool last = first + perPass == microBatches.size();
+    // A pass that counts no target adds nothing (with more than one pass).
+    if (keepGrads && !(last && inLastPass) && std::all_of(scales.begin(), scales.end(), [](float w) { return w == 0; }))
+      continue;
+    const std::vector<std::pair<Tensor, Tensor>> pass(microBatches.begin() + long(first),
+                                                      microBatches.begin() + long(first + perPass));
+    auto losses = forwardBackwardPass(pass, scales, keepGrads ? &grads : nullptr, lr, last && inLastPass);
+    if (!losses) {
       --state_.step;
-      return loss.takeError();
+      return losses.takeError();
     }
-    lossSum += double(w) * *loss;
+    stepped |= last && inLastPass;
+    for (size_t k = 0; k < perPass; ++k) lossSum += double(scales[k]) * (*losses)[k];
   }
   stats.loss = lossSum;
+  if (!keepGrads || stepped) return stats;
   float gradScale = 1.0f;
   if (o.clip() > 0) {
     double sq = 0;

@@ -101,6 +101,22 @@ public:
   // (host layout) when given, else each parameter is updated at once.
   virtual llvm::Expected<double> forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                  std::vector<float> *grads, float lr);
+  // Micro-batches one pass carries through every unit (the schedule's
+  // micro_batches: layer-major accumulation); 1 on the direct path.
+  virtual int microBatchesPerPass() const { return 1; }
+  // One pass: forward and backward of each of `microBatches` (as many as
+  // microBatchesPerPass()), micro-batch k's loss gradient seeded with
+  // lossScales[k]; their summed gradients are added to `grads` when given,
+  // else each parameter is updated at once. With `grads` and `stepWhenSummed`
+  // (the step's last pass, no clip, no unit stepped on the GPU), each
+  // parameter's AdamW runs from `grads` once the pass has added its last
+  // contribution, beside the rest of the pass. Each micro-batch's loss.
+  virtual llvm::Expected<std::vector<double>> forwardBackwardPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                                                  const std::vector<float> &lossScales,
+                                                                  std::vector<float> *grads, float lr,
+                                                                  bool stepWhenSummed = false);
+  // The loss of each of `batches` alone (no gradients, no update).
+  virtual llvm::Expected<std::vector<double>> evalLosses(const std::vector<std::pair<Tensor, Tensor>> &batches);
   // Re-runs forward and backward of one micro-batch on the CPU backend with
   // every op's outputs checked (nothing is updated), and describes the first
   // op that gives NaN or +Inf: its unit, forward or backward, the op, and
@@ -135,6 +151,10 @@ protected:
   // the last of pending[id] contributions arrives.
   void updateOrAccumulate(int32_t id, const float *grad, float lr, std::vector<int> &pending,
                           std::vector<std::vector<float>> &partial);
+  // Whether a step of `microBatches` micro-batches steps each parameter in
+  // its last pass (forwardBackwardPass's stepWhenSummed): it keeps its
+  // gradients for later passes, not for a clip, and no unit steps on the GPU.
+  bool stepsInLastPass(size_t microBatches) const;
   // Tokens or targets converted to the dtype of the data activation, shape-checked.
   llvm::Expected<Tensor> dataTensor(const plan::Activation &a, const Tensor &src) const;
 

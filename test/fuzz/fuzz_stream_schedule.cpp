@@ -7,12 +7,13 @@
 // stay the compiled ones, so what is fuzzed is the schedule's handling: the
 // executor must answer any schedule with a step or an error, never a crash,
 // an out-of-bounds access or a hang. Seeds: the fixture's schedule and its
-// variants with more weight slots (make_seeds.py).
+// variants with more weight slots and with 2 micro-batches a pass (make_seeds.py).
 #include "FuzzUtil.h"
 #include "ProtoMutator.h"
 
 #include "driver/Compile.h"
 #include "runtime/plan/PlanChecker.h"
+#include "runtime/plan/StreamLayout.h"
 #include "runtime/train/Trainer.h"
 #include "runtime/train/Weights.h"
 
@@ -68,8 +69,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (s.actions_size() > 256 || s.events_size() > 256 || s.regions_size() > 256 || s.device_bytes() > (int64_t(1) << 28) ||
       s.grad_slot_bytes() > (int64_t(1) << 24) || s.weight_slots() > 64 || s.grad_slots() > 64)
     return 0;
+  // As many micro-batches a step as the schedule carries a pass (layer-major
+  // accumulation), compiled so: one pass a step.
+  const int perPass = plan::passMicroBatches(s);
+  if (perPass > 8) return 0;
   plan::Plan p = f.plan;
   *p.mutable_schedule() = s;
+  p.mutable_optimizer()->set_grad_accum(perPass);
   fuzz::discard(plan::checkPlan(p));
   runtime::CpuOptions o;
   o.checkReads = true;
@@ -81,7 +87,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     return 0;
   }
   (*t)->state().params = f.params;
-  auto st = (*t)->step({{f.ids, f.targets}}, 1e-3f);
+  auto st = (*t)->step(std::vector<std::pair<Tensor, Tensor>>(size_t(perPass), {f.ids, f.targets}), 1e-3f);
   const std::string what = st ? std::string("a step") : llvm::toString(st.takeError());
   if (std::getenv("MEGAC_FUZZ_VERBOSE")) // what each input came to, for triage and the seeds' check
     std::fprintf(stderr, "fuzz_stream_schedule: %s\n", what.c_str());

@@ -4,6 +4,7 @@
 #include "../unit/TokenWeightedStep.h"
 #include "driver/Compile.h"
 #include "runtime/cuda/CudnnAttention.h"
+#include "runtime/plan/StreamLayout.h"
 #include "runtime/train/AdamW.h"
 
 #include <gtest/gtest.h>
@@ -308,5 +309,56 @@ TEST(GpuOverlappingSteps, GiveTheStepsApartNumbersBitForBit) {
     EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
     EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
     EXPECT_EQ(state[1].step, state[0].step);
+  }
+}
+
+// Layer-major accumulation (StreamSchedule.micro_batches): 4 micro-batches
+// in one pass, the grad slot summing them in micro-batch order, give the
+// numbers of 4 passes summed on the host, bit for bit (fp32; every unit
+// streamed and stepped on the host in both); with a resident unit and a
+// streamed one stepped on the GPU, the one pass steps them there from the
+// slot's sum where the 4 passes step them on the host: close. gpt2 (a tied
+// weight's units' sums meet on the host in another order): close.
+TEST(GpuLayerMajor, OnePassGivesThePassesNumbers) {
+  struct Variant {
+    const char *model;
+    int resident, gpuAdamw;
+    bool exact;
+  };
+  for (const Variant &v : {Variant{"llama", 0, 0, true}, Variant{"llama", 1, 1, false}, Variant{"gpt2", 0, 0, false}}) {
+    const std::string what = std::string(v.model) + (v.resident ? ", 1 resident unit, 1 AdamW on the GPU" : "");
+    SCOPED_TRACE(what);
+    std::vector<double> losses[2];
+    runtime::HostState state[2];
+    plan::Plan plans[2];
+    for (int onePass = 0; onePass < 2; ++onePass) {
+      plan::Plan p = compileFixturePlan(v.model, "fp32", codegen::Recompute::All, 16, v.resident, 0, v.gpuAdamw, true, 4,
+                                        onePass ? 4 : 1);
+      ASSERT_EQ(plan::passMicroBatches(p.schedule()), onePass ? 4 : 1);
+      const auto mbs = fixtureMicroBatches(v.model, p.ignore_index(), 4);
+      auto gpu = gpuTrainer(p);
+      ASSERT_TRUE(gpu);
+      for (int s = 0; s < 3; ++s) {
+        auto st = gpu->step(mbs, 1e-2f);
+        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+        losses[onePass].push_back(st->loss);
+      }
+      auto l = gpu->evalLosses({mbs[0], mbs[1]});
+      ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
+      losses[onePass].insert(losses[onePass].end(), l->begin(), l->end());
+      state[onePass] = gpu->currentState();
+      plans[onePass] = p;
+    }
+    ASSERT_EQ(losses[0].size(), losses[1].size());
+    if (v.exact) {
+      for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
+      EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
+      EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
+      EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+      continue;
+    }
+    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5) << "loss " << i;
+    for (const plan::Parameter &q : plans[0].parameters())
+      EXPECT_LT(paramError(state[1].params, state[0].params, q), 1e-4) << q.name();
   }
 }

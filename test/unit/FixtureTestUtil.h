@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <map>
 #include <random>
@@ -126,7 +127,7 @@ inline void expectSameValuesOnRandomInputs(ir::Graph &before, ir::Graph &after, 
 inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16",
                                      codegen::Recompute recompute = codegen::Recompute::All, int64_t seq = 16,
                                      int residentUnits = 0, float clip = 0, int gpuAdamwUnits = 0,
-                                     bool overlapSteps = true) {
+                                     bool overlapSteps = true, int gradAccum = 1, int microBatchesPerPass = 1) {
   frontend::ImportOptions io;
   io.batch = 2;
   io.seq = seq;
@@ -136,6 +137,7 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
   co.schedule.residentUnits = residentUnits;
   co.schedule.gpuAdamwUnits = gpuAdamwUnits;
   co.schedule.overlapSteps = overlapSteps;
+  co.schedule.microBatches = microBatchesPerPass;
   plan::Optimizer &o = co.optimizer;
   o.set_clip(clip);
   o.set_lr(1e-2f);
@@ -144,7 +146,7 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
   o.set_eps(1e-8f);
   o.set_weight_decay(0.1f);
   o.set_schedule("constant");
-  o.set_grad_accum(1);
+  o.set_grad_accum(gradAccum);
   auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
   if (!p) {
     ADD_FAILURE() << llvm::toString(p.takeError());
@@ -167,6 +169,27 @@ inline plan::Plan compileFixtureScheduled(const std::string &model, const codege
     return {};
   }
   return *p;
+}
+
+// `n` micro-batches from the fixture's reference batch for accumulation
+// tests: the k-th with its rows in the other order where k is odd, and its
+// first k targets the ignore index (so that they weigh differently in the step).
+inline std::vector<std::pair<Tensor, Tensor>> fixtureMicroBatches(const std::string &model, int64_t ignoreIndex, int n) {
+  Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
+  std::vector<std::pair<Tensor, Tensor>> mbs{{ids, targets}};
+  for (int k = 1; k < n; ++k) {
+    Tensor ids2 = ids.clone(), tg2 = targets.clone();
+    const size_t row = ids.nbytes() / size_t(ids.dim(0)), trow = targets.nbytes() / size_t(targets.dim(0));
+    for (int64_t b = 0; k % 2 == 1 && b < ids.dim(0); ++b) {
+      std::memcpy(static_cast<uint8_t *>(ids2.raw()) + size_t(b) * row,
+                  static_cast<const uint8_t *>(ids.raw()) + size_t(ids.dim(0) - 1 - b) * row, row);
+      std::memcpy(static_cast<uint8_t *>(tg2.raw()) + size_t(b) * trow,
+                  static_cast<const uint8_t *>(targets.raw()) + size_t(targets.dim(0) - 1 - b) * trow, trow);
+    }
+    for (int64_t i = 0; k >= 2 && i < k && i < tg2.numel(); ++i) tg2.setFromDouble(i, double(ignoreIndex));
+    mbs.push_back({ids2, tg2});
+  }
+  return mbs;
 }
 
 // ||a - b|| / ||b|| of one parameter's slice of two host-layout arrays.

@@ -203,8 +203,8 @@ TEST(PlanReport, Schedule) {
   EXPECT_EQ(s.pinnedStagingBytes, 1536);
   EXPECT_EQ(s.hostBytes, 12 * 117 + 1536);
   EXPECT_DOUBLE_EQ(s.bytesPerParameter, double(12 * 117 + 1536) / 117);
-  EXPECT_EQ(s.h2dBytesPerMicroBatch, 256 + 768);
-  EXPECT_EQ(s.d2hBytesPerMicroBatch, 256);
+  EXPECT_EQ(s.h2dBytesPerPass, 256 + 768);
+  EXPECT_EQ(s.d2hBytesPerPass, 256);
   EXPECT_EQ(s.h2dBytesPerStep, 1024);
   ASSERT_TRUE(s.predicted) << s.predictionError;
   EXPECT_EQ(s.profileName, "test machine");
@@ -385,9 +385,9 @@ TEST(PlanReport, LlamaFixture) {
   // no padding. A weight slot holds the largest unit (a layer).
   ASSERT_TRUE(r->hasSchedule);
   const plan::ScheduleReport &s = r->schedule;
-  EXPECT_EQ(s.d2hBytesPerMicroBatch, 4 * 125248);
-  EXPECT_GE(s.h2dBytesPerMicroBatch, 4 * 125248);
-  EXPECT_LE(s.h2dBytesPerMicroBatch, 2 * 4 * 125248);
+  EXPECT_EQ(s.d2hBytesPerPass, 4 * 125248);
+  EXPECT_GE(s.h2dBytesPerPass, 4 * 125248);
+  EXPECT_LE(s.h2dBytesPerPass, 2 * 4 * 125248);
   EXPECT_EQ(s.weightSlotBytes, 4 * kLayerParams);
   const plan::DeviceCategory &slots = s.device[size_t(plan::DeviceRegion::WEIGHT_SLOT)];
   EXPECT_EQ(slots.footprintBytes, s.weightSlots * s.weightSlotBytes);

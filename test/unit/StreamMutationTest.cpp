@@ -87,6 +87,8 @@ std::string checker(const plan::Plan &p) {
 // the test: a mutation must be named, not crash the run or change a number.
 std::string executor(const plan::Plan &p, int *seedsCaught, int steps = 1, const std::string &model = "llama") {
   Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
+  // A step of the plan's micro-batches (the same batch each).
+  const std::vector<std::pair<Tensor, Tensor>> step(size_t(std::max<int64_t>(p.optimizer().grad_accum(), 1)), {ids, targets});
   std::string first;
   *seedsCaught = 0;
   for (uint64_t seed = 0; seed < 16; ++seed) {
@@ -97,7 +99,7 @@ std::string executor(const plan::Plan &p, int *seedsCaught, int steps = 1, const
     if (!t) return "no trainer";
     llvm::Error e = llvm::Error::success();
     for (int k = 0; k < steps && !e; ++k)
-      if (auto st = t->step({{ids, targets}}, 1e-3f); !st) e = st.takeError();
+      if (auto st = t->step(step, 1e-3f); !st) e = st.takeError();
     if (!e && steps > 1)
       if (auto l = t->evalLoss(ids, targets); !l) e = l.takeError();
     if (!e) continue;
@@ -300,4 +302,65 @@ TEST(StreamMutation, EveryOverlapMutationIsCaught) {
   EXPECT_EQ(executor(b, &seeds, 3), "");
   EXPECT_EQ(checker(tied), "");
   EXPECT_EQ(executor(tied, &seeds, 3, "gpt2"), "");
+}
+
+// Layer-major accumulation (2 micro-batches a pass): the grad slot's sum
+// leaves only after the unit's last micro-batch, a weight slot is freed only
+// after its last, micro-batches run in order, and each has its own regions.
+TEST(StreamMutation, EveryLayerMajorMutationIsCaught) {
+  static plan::Plan b = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 0, 0, 0, true, 2, 2);
+  ASSERT_EQ(plan::passMicroBatches(b.schedule()), 2);
+  using A = plan::StreamAction;
+  // The unit's action of this kind for micro-batch mb.
+  auto of = [](plan::Plan &p, Kind kind, const std::string &unit, int mb) -> plan::StreamAction & {
+    for (plan::StreamAction &a : *p.mutable_schedule()->mutable_actions())
+      if (a.kind() == kind && p.units(a.unit()).name() == unit && a.micro_batch() == mb) return a;
+    ADD_FAILURE() << "no " << plan::actionKindName(kind) << " of " << unit << ", micro-batch " << mb;
+    return *p.mutable_schedule()->mutable_actions(0);
+  };
+  // Moves event `name` from one action's records to another's.
+  auto moveRecord = [](plan::Plan &p, plan::StreamAction &from, plan::StreamAction &to, const std::string &name) {
+    const int e = event(p, name);
+    std::vector<int> keep;
+    for (int32_t r : from.records())
+      if (r != e) keep.push_back(r);
+    ASSERT_EQ(keep.size() + 1, size_t(from.records_size())) << "the action does not record " << name;
+    from.clear_records();
+    for (int r : keep) from.add_records(r);
+    to.add_records(e);
+  };
+  const Mutation mutations[] = {
+      {"BACKWARD: head's micro-batch 0 records g0.ready (its OFFLOAD may copy half the sum)",
+       [&](plan::Plan &p) { moveRecord(p, of(p, A::BACKWARD, "head", 1), of(p, A::BACKWARD, "head", 0), "g0.ready"); },
+       true, true},
+      {"FORWARD: layer.0's micro-batch 0 frees its weight slot (micro-batch 1 still reads it)",
+       [&](plan::Plan &p) {
+         const std::string w = "w" + std::to_string(of(p, A::FORWARD, "layer.0", 1).weight_slot()) + ".free";
+         moveRecord(p, of(p, A::FORWARD, "layer.0", 1), of(p, A::FORWARD, "layer.0", 0), w);
+       },
+       true, true},
+      {"BACKWARD: layer.1's micro-batches in the other order",
+       [&](plan::Plan &p) {
+         plan::StreamAction &first = of(p, A::BACKWARD, "layer.1", 0), &second = of(p, A::BACKWARD, "layer.1", 1);
+         first.set_micro_batch(1);
+         second.set_micro_batch(0);
+         std::swap(*first.mutable_waits(), *second.mutable_waits());
+         std::swap(*first.mutable_records(), *second.mutable_records());
+       },
+       true, true},
+      {"regions: micro-batch 1's checkpoint of layer.0's output on micro-batch 0's bytes",
+       [&](plan::Plan &p) {
+         const int a = activation(p, "add_429");
+         plan::DeviceRegion *r0 = nullptr, *r1 = nullptr;
+         for (plan::DeviceRegion &r : *p.mutable_schedule()->mutable_regions())
+           if (r.kind() == R::CHECKPOINT && r.index() == a) (r.micro_batch() == 0 ? r0 : r1) = &r;
+         ASSERT_TRUE(r0 && r1);
+         r1->set_offset(r0->offset());
+       },
+       true, true},
+  };
+  runMutations(b, mutations, 1);
+  int seeds = 0;
+  EXPECT_EQ(checker(b), "");
+  EXPECT_EQ(executor(b, &seeds, 3), "");
 }

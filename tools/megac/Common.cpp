@@ -18,8 +18,12 @@ MEGAC_SUBCOMMAND(importCmd, "import", "Import an ONNX model, specialize it and p
 MEGAC_SUBCOMMAND(forwardCmd, "forward", "Run a model's forward pass on the CPU reference backend")
 MEGAC_SUBCOMMAND(optCmd, "opt", "Run IR passes on a model or a textual IR file and print the IR")
 MEGAC_SUBCOMMAND(gradCmd, "grad", "Compute the loss and every parameter's gradient on one batch (CPU)")
-MEGAC_SUBCOMMAND(compileCmd, "compile", "Import, differentiate and plan a model for training; writes a plan file")
-MEGAC_SUBCOMMAND(runCmd, "run", "Train on a compiled plan")
+MEGAC_SUBCOMMAND(compileCmd, "compile",
+                 "Import, differentiate and plan a model for training; writes a plan file (its optimizer flags are "
+                 "the plan's; --grad-accum and --clip shape the plan's schedule)")
+MEGAC_SUBCOMMAND(runCmd, "run",
+                 "Train on a compiled plan (optimizer flags given here override the plan's, but --grad-accum and "
+                 "--clip, which shape it: another value is an error that says to recompile)")
 MEGAC_SUBCOMMAND(trainCmd, "train", "Compile and run in one command")
 MEGAC_SUBCOMMAND(planCmd, "plan", "Inspect a plan: memory, transfers, units and templates")
 MEGAC_SUBCOMMAND(exportCmd, "export", "Write trained weights from a checkpoint: ONNX, or a Hugging Face directory (--hf)")

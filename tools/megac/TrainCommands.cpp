@@ -3,12 +3,14 @@
 // megac train MODEL.onnx --batch B --seq S ... (compile and run in one)
 #include "driver/Compile.h"
 #include "codegen/GpuAdamwPolicy.h"
+#include "codegen/MicroBatchPolicy.h"
 #include "codegen/WeightSlotsPolicy.h"
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
 #include "frontend/TensorProto.h"
 #include "passes/AttentionMask.h"
 #include "runtime/plan/PlanTimeline.h"
+#include "runtime/plan/StreamLayout.h"
 #include "runtime/train/TrainLoop.h"
 #include "runtime/train/WeightSource.h"
 #ifdef MEGAC_HAS_CUDA
@@ -81,6 +83,12 @@ static cl::opt<std::string> OverlapSteps(
              "the next step's forward, whose first copy of each unit waits for that unit's update. off: a step ends "
              "when every update has run"),
     cl::init("on"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> MicroBatchesPerPass(
+    "micro-batches-per-pass",
+    cl::desc("With --grad-accum N: micro-batches each pass carries through every unit, so that a unit streams in "
+             "once per pass and its gradients are summed on the GPU (a divisor of N; auto (default): the most whose "
+             "per-micro-batch checkpoints fit the GPU budget)"),
+    cl::init("auto"), cl::value_desc("M|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()),
                                         cl::sub(runCmd()));
@@ -93,7 +101,8 @@ static cl::opt<std::string> Compute("compute",
 // --- run ---
 static cl::opt<std::string> PlanIn(cl::Positional, cl::desc("<model.plan>"), cl::Required, cl::sub(runCmd()));
 
-// --- optimizer flags: defaults in the plan, overridable by run ---
+// --- optimizer flags: set at compile; run may override all but --clip and
+// --grad-accum, which shape the plan's schedule ---
 #define OPT_SUBS cl::sub(compileCmd()), cl::sub(runCmd()), cl::sub(trainCmd())
 static cl::opt<float> Lr("lr", cl::desc("Peak learning rate (default 1e-3)"), cl::init(1e-3f), OPT_SUBS);
 static cl::opt<int64_t> Warmup("warmup", cl::desc("Linear warmup steps (default 0)"), cl::init(0), OPT_SUBS);
@@ -107,9 +116,13 @@ static cl::opt<std::string> NoDecay("no-decay", cl::desc("Regex of parameter nam
 static cl::opt<std::string> Betas("betas", cl::desc("AdamW betas B1,B2 (default 0.9,0.999)"), cl::init("0.9,0.999"),
                                   OPT_SUBS);
 static cl::opt<float> Eps("eps", cl::desc("AdamW epsilon (default 1e-8)"), cl::init(1e-8f), OPT_SUBS);
-static cl::opt<float> Clip("clip", cl::desc("Clip the global gradient norm to this; 0 = off (default)"),
+static cl::opt<float> Clip("clip",
+                           cl::desc("Clip the global gradient norm to this; 0 = off (default). Set at compile: the "
+                                    "step's gradients then wait on the host for the norm"),
                            cl::init(0.0f), OPT_SUBS);
-static cl::opt<int64_t> GradAccum("grad-accum", cl::desc("Micro-batches per optimizer step (default 1)"),
+static cl::opt<int64_t> GradAccum("grad-accum",
+                                  cl::desc("Micro-batches per optimizer step (default 1). Set at compile: each pass "
+                                           "carries --micro-batches-per-pass of them through every unit"),
                                   cl::init(1), OPT_SUBS);
 static cl::opt<bool> NoFiniteCheck(
     "no-finite-check",
@@ -245,10 +258,19 @@ static llvm::Error applyOptimizerFlags(plan::Optimizer &o, bool all) {
   if (given(Clip)) {
     if (!(Clip >= 0) || !std::isfinite(Clip))
       return flagError("--clip must be a number >= 0 (0: off; got " + num(Clip) + ")");
+    if (!all && Clip != o.clip())
+      return flagError("--clip " + num(Clip) + ": the plan was compiled with --clip " + num(o.clip()) +
+                       ", which shapes its schedule (the step's gradients wait on the host for the global norm); "
+                       "recompile with megac compile --clip " + num(Clip));
     o.set_clip(Clip);
   }
   if (given(GradAccum)) {
     if (GradAccum < 1) return flagError("--grad-accum must be >= 1");
+    if (!all && GradAccum != std::max<int64_t>(o.grad_accum(), 1))
+      return flagError("--grad-accum " + llvm::Twine(GradAccum) + ": the plan was compiled with --grad-accum " +
+                       llvm::Twine(std::max<int64_t>(o.grad_accum(), 1)) +
+                       ", which shapes its schedule (the micro-batches each unit carries in a pass); recompile "
+                       "with megac compile --grad-accum " + llvm::Twine(GradAccum));
     o.set_grad_accum(GradAccum);
   }
   if (given(NoFiniteCheck)) o.set_no_finite_check(NoFiniteCheck);
@@ -282,6 +304,9 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   auto gpuAdamw = codegen::parseGpuAdamwUnits(GpuAdamwUnits);
   if (!gpuAdamw) return gpuAdamw.takeError();
   so.gpuAdamwUnits = *gpuAdamw;
+  auto perPass = codegen::parseMicroBatchesPerPass(MicroBatchesPerPass);
+  if (!perPass) return perPass.takeError();
+  so.microBatches = *perPass;
   if (OverlapSteps != "on" && OverlapSteps != "off")
     return flagError("--overlap-steps must be on or off, not '" + OverlapSteps + "'");
   so.overlapSteps = OverlapSteps == "on";
@@ -386,7 +411,7 @@ static llvm::Error writeRunTimeline(const plan::Plan &plan, runtime::Trainer &t,
   if (!report) return report.takeError();
   std::string what = std::string("megac run --device ") + t.device() + ", step " + std::to_string(steps) + " of " +
                      std::to_string(steps);
-  if (plan.optimizer().grad_accum() > 1) what += " (its last micro-batch)";
+  if (plan::stepKeepsGradients(plan) && plan.optimizer().grad_accum() > 1) what += " (its last pass)";
   if (std::string(t.device()) == "cpu")
     what += "; the CPU backend runs one action at a time, in the order its stream seed chose";
   const std::string source = PlanIn.empty() ? plan.model_path() : std::string(PlanIn); // megac train has no plan file
