@@ -164,6 +164,7 @@ private:
   float *lossDev_ = nullptr, *seedDev_ = nullptr;
   float *lossHost_ = nullptr;
   int M_ = 1; // micro-batches per pass (StreamSchedule.micro_batches)
+  double stepLanes_[4] = {0, 0, 0, 0}; // this step's passes' busy seconds per lane
   uint8_t *staging_ = nullptr; // pinned: grad_slots x grad_slot_bytes
   // The gradients' NaN/Inf check on the GPU (FiniteCheckKernels.h): per unit
   // the first bad (parameter, element), and the micro-batch's poison flag,
@@ -1061,13 +1062,7 @@ std::vector<std::pair<double, double>> CudaTrainer::lastActionTimes() {
 llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) {
   StepStats stats;
   const plan::Optimizer &o = plan_.optimizer();
-  const size_t perPass = size_t(M_);
-  if (microBatches.empty() || microBatches.size() % perPass != 0)
-    return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's passes carry " +
-               llvm::Twine(M_) + " each");
-  const bool keepGrads = o.clip() > 0 || microBatches.size() > perPass;
-  // Without a clip, the last pass steps each parameter once its sum is in.
-  const bool inLastPass = keepGrads && stepsInLastPass(microBatches.size());
+  const bool keepGrads = keepsGradients(microBatches.size());
   auto weights = runtime::microBatchWeights(microBatches, plan_.ignore_index());
   if (!weights) return weights.takeError();
   ++state_.step;
@@ -1090,28 +1085,16 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
     std::lock_guard<std::mutex> l(mu_);
     cpuBusy_ = 0;
   }
-  for (double &b : stats.laneBusy) b = 0;
-  double lossSum = 0;
+  for (double &b : stepLanes_) b = 0;
+  // Without a clip, the last of several passes steps each parameter once its sum is in.
   bool stepped = false;
-  for (size_t first = 0; first < microBatches.size(); first += perPass) {
-    // Each micro-batch weighs its share of the step's counted targets.
-    const std::vector<float> scales(weights->begin() + long(first), weights->begin() + long(first + perPass));
-    const bool last = first + perPass == microBatches.size();
-    // A pass that counts no target adds nothing (with more than one pass).
-    if (keepGrads && !(last && inLastPass) && std::all_of(scales.begin(), scales.end(), [](float w) { return w == 0; }))
-      continue;
-    const std::vector<std::pair<Tensor, Tensor>> pass(microBatches.begin() + long(first),
-                                                      microBatches.begin() + long(first + perPass));
-    std::vector<double> losses;
-    if (auto e = runPass(pass, true, scales, lr, keepGrads ? &stepGrads_ : nullptr, losses, stats.laneBusy,
-                         last && inLastPass)) {
-      --state_.step;
-      return std::move(e);
-    }
-    stepped |= last && inLastPass;
-    for (size_t k = 0; k < perPass; ++k) lossSum += double(scales[k]) * losses[k];
+  auto loss = runPasses(microBatches, *weights, keepGrads ? &stepGrads_ : nullptr, lr, stepped);
+  if (!loss) {
+    --state_.step;
+    return loss.takeError();
   }
-  stats.loss = lossSum;
+  std::copy(std::begin(stepLanes_), std::end(stepLanes_), std::begin(stats.laneBusy));
+  stats.loss = *loss;
   ++timedSteps_;
   if (keepGrads && !stepped) {
     float gradScale = 1.0f;
@@ -1151,36 +1134,25 @@ llvm::Expected<double> CudaTrainer::evalLoss(const Tensor &tokens, const Tensor 
   return losses->front();
 }
 
-// Forward-only passes of up to M_ batches each.
 llvm::Expected<std::vector<double>> CudaTrainer::evalLosses(const std::vector<std::pair<Tensor, Tensor>> &batches) {
-  std::vector<double> out;
   double lanes[4] = {0, 0, 0, 0};
-  for (size_t first = 0; first < batches.size(); first += size_t(M_)) {
-    const std::vector<std::pair<Tensor, Tensor>> pass(batches.begin() + long(first),
-                                                      batches.begin() + long(std::min(batches.size(), first + size_t(M_))));
-    std::vector<double> losses;
-    if (auto e = runPass(pass, false, {}, 0.0f, nullptr, losses, lanes)) return std::move(e);
-    out.insert(out.end(), losses.begin(), losses.end());
-  }
-  return out;
+  return evalInPasses(batches, [&](const std::vector<std::pair<Tensor, Tensor>> &pass, std::vector<double> &losses) {
+    return runPass(pass, false, {}, 0.0f, nullptr, losses, lanes);
+  });
 }
 
 llvm::Expected<double> CudaTrainer::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                     std::vector<float> *grads, float lr) {
-  if (M_ != 1)
-    return err("forwardBackward runs one micro-batch; the plan's passes carry " + llvm::Twine(M_) + " (forwardBackwardPass)");
-  auto losses = forwardBackwardPass({{tokens, targets}}, {lossScale}, grads, lr);
-  if (!losses) return losses.takeError();
-  return losses->front();
+  return forwardBackwardAsPass(tokens, targets, lossScale, grads, lr);
 }
 
+// Its lanes' busy seconds add to stepLanes_ (step() reports them).
 llvm::Expected<std::vector<double>> CudaTrainer::forwardBackwardPass(
     const std::vector<std::pair<Tensor, Tensor>> &microBatches, const std::vector<float> &lossScales,
     std::vector<float> *grads, float lr, bool stepWhenSummed) {
-  double lanes[4] = {0, 0, 0, 0};
   if (grads && int64_t(grads->size()) < hostElements_) return err("forwardBackward: the gradient array is too small");
   std::vector<double> losses;
-  if (auto e = runPass(microBatches, true, lossScales, lr, grads, losses, lanes, stepWhenSummed)) return std::move(e);
+  if (auto e = runPass(microBatches, true, lossScales, lr, grads, losses, stepLanes_, stepWhenSummed)) return std::move(e);
   return losses;
 }
 

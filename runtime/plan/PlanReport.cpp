@@ -265,7 +265,7 @@ static std::string gradientsWhy(const MemoryReport &m) {
                                      : " (not kept: no clip, grad-accum 1)";
   if (m.passesPerStep > 1)
     return " (kept: the step's " + std::to_string(m.passesPerStep) + " passes add to them)";
-  return " (kept: the clip waits for the global norm)";
+  return " (kept: the clip waits for the global norm, then every unit's AdamW runs on the host after the step)";
 }
 
 static void printHost(llvm::raw_ostream &os, const MemoryReport &m) {

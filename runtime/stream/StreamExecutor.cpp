@@ -951,11 +951,7 @@ void StreamExecutor::retirePasses() {
 
 llvm::Expected<double> StreamExecutor::forwardBackward(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                        std::vector<float> *grads, float lr) {
-  if (M_ != 1)
-    return err("forwardBackward runs one micro-batch; the plan's passes carry " + llvm::Twine(M_) + " (forwardBackwardPass)");
-  auto losses = forwardBackwardPass({{tokens, targets}}, {lossScale}, grads, lr);
-  if (!losses) return losses.takeError();
-  return losses->front();
+  return forwardBackwardAsPass(tokens, targets, lossScale, grads, lr);
 }
 
 llvm::Expected<std::vector<double>> StreamExecutor::forwardBackwardPass(
@@ -973,17 +969,10 @@ llvm::Expected<double> StreamExecutor::evalLoss(const Tensor &tokens, const Tens
   return losses->front();
 }
 
-// Forward-only passes of up to M_ batches each.
 llvm::Expected<std::vector<double>> StreamExecutor::evalLosses(const std::vector<std::pair<Tensor, Tensor>> &batches) {
-  std::vector<double> out;
-  for (size_t first = 0; first < batches.size(); first += size_t(M_)) {
-    const std::vector<std::pair<Tensor, Tensor>> pass(batches.begin() + long(first),
-                                                      batches.begin() + long(std::min(batches.size(), first + size_t(M_))));
-    std::vector<double> losses;
-    if (auto e = runPass(pass, false, {}, nullptr, 0.0f, losses)) return std::move(e);
-    out.insert(out.end(), losses.begin(), losses.end());
-  }
-  return out;
+  return evalInPasses(batches, [&](const std::vector<std::pair<Tensor, Tensor>> &pass, std::vector<double> &losses) {
+    return runPass(pass, false, {}, nullptr, 0.0f, losses);
+  });
 }
 
 } // namespace

@@ -319,6 +319,10 @@ llvm::Expected<std::vector<double>> Trainer::forwardBackwardPass(const std::vect
   return std::vector<double>{*loss};
 }
 
+bool Trainer::keepsGradients(size_t microBatches) const {
+  return plan_.optimizer().clip() > 0 || microBatches > size_t(microBatchesPerPass());
+}
+
 bool Trainer::stepsInLastPass(size_t microBatches) const {
   if (plan_.optimizer().clip() > 0 || microBatches <= size_t(microBatchesPerPass())) return false;
   for (const plan::Unit &u : plan_.units())
@@ -336,42 +340,73 @@ llvm::Expected<std::vector<double>> Trainer::evalLosses(const std::vector<std::p
   return out;
 }
 
+llvm::Expected<double> Trainer::runPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                          const std::vector<float> &weights, std::vector<float> *grads, float lr,
+                                          bool &stepped) {
+  const size_t perPass = size_t(microBatchesPerPass());
+  stepped = false;
+  if (microBatches.empty() || microBatches.size() % perPass != 0 || weights.size() != microBatches.size())
+    return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's passes carry " +
+               llvm::Twine(perPass) + " each");
+  const bool inLastPass = grads && stepsInLastPass(microBatches.size());
+  double lossSum = 0;
+  for (size_t first = 0; first < microBatches.size(); first += perPass) {
+    const std::vector<float> scales(weights.begin() + long(first), weights.begin() + long(first + perPass));
+    const bool last = first + perPass == microBatches.size();
+    if (grads && !(last && inLastPass) && std::all_of(scales.begin(), scales.end(), [](float w) { return w == 0; }))
+      continue;
+    const std::vector<std::pair<Tensor, Tensor>> pass(microBatches.begin() + long(first),
+                                                      microBatches.begin() + long(first + perPass));
+    auto losses = forwardBackwardPass(pass, scales, grads, lr, last && inLastPass);
+    if (!losses) return losses.takeError();
+    stepped |= last && inLastPass;
+    for (size_t k = 0; k < perPass; ++k) lossSum += double(scales[k]) * (*losses)[k];
+  }
+  return lossSum;
+}
+
+llvm::Expected<double> Trainer::forwardBackwardAsPass(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                                      std::vector<float> *grads, float lr) {
+  if (microBatchesPerPass() != 1)
+    return err("forwardBackward runs one micro-batch; the plan's passes carry " + llvm::Twine(microBatchesPerPass()) +
+               " (forwardBackwardPass)");
+  auto losses = forwardBackwardPass({{tokens, targets}}, {lossScale}, grads, lr);
+  if (!losses) return losses.takeError();
+  return losses->front();
+}
+
+llvm::Expected<std::vector<double>> Trainer::evalInPasses(const std::vector<std::pair<Tensor, Tensor>> &batches,
+                                                          const ForwardPass &forwardPass) {
+  const size_t perPass = size_t(microBatchesPerPass());
+  std::vector<double> out;
+  for (size_t first = 0; first < batches.size(); first += perPass) {
+    const std::vector<std::pair<Tensor, Tensor>> pass(batches.begin() + long(first),
+                                                      batches.begin() + long(std::min(batches.size(), first + perPass)));
+    std::vector<double> losses;
+    if (auto e = forwardPass(pass, losses)) return std::move(e);
+    out.insert(out.end(), losses.begin(), losses.end());
+  }
+  return out;
+}
+
 llvm::Expected<StepStats> Trainer::step(const std::vector<std::pair<Tensor, Tensor>> &microBatches, float lr) {
   StepStats stats;
   const plan::Optimizer &o = plan_.optimizer();
-  const size_t perPass = size_t(microBatchesPerPass());
-  if (microBatches.empty() || microBatches.size() % perPass != 0)
-    return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's passes carry " +
-               llvm::Twine(perPass) + " each");
   // Keep the step's gradients (4 bytes per parameter) for the global norm
   // or the remaining passes.
-  const bool keepGrads = o.clip() > 0 || microBatches.size() > perPass;
+  const bool keepGrads = keepsGradients(microBatches.size());
   auto weights = microBatchWeights(microBatches, plan_.ignore_index());
   if (!weights) return weights.takeError();
   ++state_.step;
   std::vector<float> grads;
   if (keepGrads) grads.assign(size_t(hostElements_), 0.0f);
-  // Without a clip, the last pass steps each parameter once its sum is in.
-  const bool inLastPass = keepGrads && stepsInLastPass(microBatches.size());
   bool stepped = false;
-  double lossSum = 0;
-  for (size_t first = 0; first < microBatches.size(); first += perPass) {
-    const std::vector<float> scales(weights->begin() + long(first), weights->begin() + long(first + perPass));
-    const bool last = first + perPass == microBatches.size();
-    // A pass that counts no target adds nothing (with more than one pass).
-    if (keepGrads && !(last && inLastPass) && std::all_of(scales.begin(), scales.end(), [](float w) { return w == 0; }))
-      continue;
-    const std::vector<std::pair<Tensor, Tensor>> pass(microBatches.begin() + long(first),
-                                                      microBatches.begin() + long(first + perPass));
-    auto losses = forwardBackwardPass(pass, scales, keepGrads ? &grads : nullptr, lr, last && inLastPass);
-    if (!losses) {
-      --state_.step;
-      return losses.takeError();
-    }
-    stepped |= last && inLastPass;
-    for (size_t k = 0; k < perPass; ++k) lossSum += double(scales[k]) * (*losses)[k];
+  auto loss = runPasses(microBatches, *weights, keepGrads ? &grads : nullptr, lr, stepped);
+  if (!loss) {
+    --state_.step;
+    return loss.takeError();
   }
-  stats.loss = lossSum;
+  stats.loss = *loss;
   if (!keepGrads || stepped) return stats;
   float gradScale = 1.0f;
   if (o.clip() > 0) {

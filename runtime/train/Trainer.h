@@ -15,6 +15,7 @@
 
 #include "llvm/Support/raw_ostream.h"
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -151,10 +152,29 @@ protected:
   // the last of pending[id] contributions arrives.
   void updateOrAccumulate(int32_t id, const float *grad, float lr, std::vector<int> &pending,
                           std::vector<std::vector<float>> &partial);
-  // Whether a step of `microBatches` micro-batches steps each parameter in
-  // its last pass (forwardBackwardPass's stepWhenSummed): it keeps its
-  // gradients for later passes, not for a clip, and no unit steps on the GPU.
+  // Whether a step of `microBatches` micro-batches keeps its gradients on the
+  // host until its end: for the global norm (clip), or over several passes.
+  bool keepsGradients(size_t microBatches) const;
+  // Whether such a step steps each parameter in its last pass
+  // (forwardBackwardPass's stepWhenSummed): it keeps its gradients for later
+  // passes, not for a clip, and no unit steps on the GPU.
   bool stepsInLastPass(size_t microBatches) const;
+  // The step's passes of microBatchesPerPass() micro-batches through
+  // forwardBackwardPass, micro-batch k's loss seeded with weights[k]; the
+  // gradients into `grads` where the step keeps them (else each parameter
+  // steps in its pass). The step's loss; `stepped`: the last pass stepped
+  // every parameter (stepsInLastPass). A pass that counts no target is
+  // skipped where the step keeps its gradients (not the last one that steps).
+  llvm::Expected<double> runPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                   const std::vector<float> &weights, std::vector<float> *grads, float lr, bool &stepped);
+  // For the backends that run the schedule: one micro-batch as a pass of
+  // one, and forward-only passes of up to microBatchesPerPass() batches
+  // (`forwardPass` runs one, giving each batch's loss).
+  llvm::Expected<double> forwardBackwardAsPass(const Tensor &tokens, const Tensor &targets, float lossScale,
+                                               std::vector<float> *grads, float lr);
+  using ForwardPass = std::function<llvm::Error(const std::vector<std::pair<Tensor, Tensor>> &, std::vector<double> &)>;
+  llvm::Expected<std::vector<double>> evalInPasses(const std::vector<std::pair<Tensor, Tensor>> &batches,
+                                                   const ForwardPass &forwardPass);
   // Tokens or targets converted to the dtype of the data activation, shape-checked.
   llvm::Expected<Tensor> dataTensor(const plan::Activation &a, const Tensor &src) const;
 
