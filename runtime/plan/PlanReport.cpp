@@ -329,7 +329,7 @@ static void printMoved(llvm::raw_ostream &os, const MemoryReport &m, const Sched
   os << "\n";
 }
 
-static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s) {
+static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s, int64_t passesPerStep) {
   os << "\npredicted (cost model, profile: " << s.profileName << "), unvalidated:\n";
   if (!s.predicted) {
     os << "  not available: " << s.predictionError << "\n";
@@ -338,6 +338,9 @@ static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s) {
   const StepPrediction &pr = s.prediction;
   os << "  step time: " << seconds(pr.stepSeconds) << " per " << (s.microBatchesPerPass > 1 ? "pass of " + std::to_string(s.microBatchesPerPass) + " micro-batches" : std::string("micro-batch"))
      << " (" << s.actions << " actions)\n";
+  if (passesPerStep > 1)
+    os << "  a step of " << passesPerStep << " passes: at least " << seconds(double(passesPerStep) * pr.stepSeconds)
+       << " (the host's sums between the passes and its AdamW are not modelled)\n";
   os << "  busy:";
   for (int lane = 0; lane < kNumLanes; ++lane)
     os << (lane ? ", " : " ") << laneName(lane) << " " << seconds(pr.laneBusy[lane]);
@@ -445,7 +448,7 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   if (r.hasSchedule) {
     printGpuMemory(os, r.schedule);
     printMoved(os, m, r.schedule);
-    printPrediction(os, r.schedule);
+    printPrediction(os, r.schedule, m.passesPerStep);
   } else {
     os << "\nstreamed per step (what the CPU backend does now; the plan has no GPU schedule):\n";
     os << "  weights in (forward + backward): ";
