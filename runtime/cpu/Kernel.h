@@ -47,5 +47,8 @@ void registerTrainingKernels();
 int numThreads();
 // Runs fn(begin, end) over [0, n) split across threads when n*costPerItem is large.
 void parallelFor(int64_t n, int64_t costPerItem, const std::function<void(int64_t, int64_t)> &fn);
+// dst[i] += src[i] over n floats (one fp32 rounding each), split over the
+// threads where n is large (gradient sums: 2.8B parameters took 2.8 s on one).
+void addInto(float *dst, const float *src, int64_t n);
 
 } // namespace megac::cpu

@@ -56,6 +56,12 @@ int numThreads() {
   return n;
 }
 
+void addInto(float *dst, const float *src, int64_t n) {
+  parallelFor(n, 1, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) dst[i] += src[i];
+  });
+}
+
 void parallelFor(int64_t n, int64_t costPerItem, const std::function<void(int64_t, int64_t)> &fn) {
   int t = numThreads();
   const int64_t minWorkPerThread = 1 << 16;

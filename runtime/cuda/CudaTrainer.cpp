@@ -60,14 +60,6 @@ struct CpuEvent {
   int64_t issued = 0, done = 0;
 };
 
-// dst += src over n floats, split over the host's threads (a step that keeps
-// its gradients adds every micro-batch's: 2.8B parameters took 2.8 s a
-// micro-batch on one thread).
-void addInto(float *dst, const float *src, int64_t n) {
-  cpu::parallelFor(n, 1, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) dst[i] += src[i];
-  });
-}
 
 // One UPDATE action, run by the optimizer thread in issue order.
 struct UpdateJob {
@@ -339,11 +331,8 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
                  " lies outside its device allocation");
     regions_[{int(r.kind()), r.index(), r.micro_batch()}] = &r;
   }
+  if (auto e = plan::checkPassMicroBatches(s)) return e;
   M_ = plan::passMicroBatches(s);
-  if (M_ > 4096) return err("the plan's schedule carries " + llvm::Twine(M_) + " micro-batches a pass (at most 4096)");
-  for (const plan::StreamAction &a : s.actions())
-    if (a.micro_batch() < 0 || a.micro_batch() >= M_)
-      return err("the plan's schedule has an action of micro-batch " + llvm::Twine(a.micro_batch()) + " of " + llvm::Twine(M_));
   // Each micro-batch's loss, then its seed, 256-byte aligned apart.
   const size_t lossFloats = size_t(M_ + 63) / 64 * 64;
   MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&lossDev_), 2 * lossFloats * 4));
@@ -568,19 +557,20 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   std::vector<runtime::AdamWSegment> segments;
   runtime::AdamWHyper h = hyper_;
   h.lr = job.lr;
+  // A tied parameter (several units' shares): whether this is its last share of the step.
+  auto lastShare = [&](int32_t pid, const plan::Parameter &p) {
+    if (pending_[size_t(pid)] == 0) pending_[size_t(pid)] = p.units_size();
+    return --pending_[size_t(pid)] == 0;
+  };
   for (int k = 0; k < unit.parameters_size(); ++k) {
     int32_t pid = unit.parameters(k);
     const plan::Parameter &p = plan_.parameters(pid);
     const float *g = reinterpret_cast<const float *>(base + lay.offsets[size_t(k)]);
     if (job.grads) {
       float *sum = job.grads->data() + p.host_offset();
-      addInto(sum, g, p.numel());
-      if (!job.stepWhenSummed) continue;
+      cpu::addInto(sum, g, p.numel());
       // The step's last pass: the parameter steps once its last unit's share is in.
-      if (p.units_size() > 1) {
-        if (pending_[size_t(pid)] == 0) pending_[size_t(pid)] = p.units_size();
-        if (--pending_[size_t(pid)] > 0) continue;
-      }
+      if (!job.stepWhenSummed || (p.units_size() > 1 && !lastShare(pid, p))) continue;
       const size_t off = size_t(p.host_offset());
       segments.push_back({state_.params.data() + off, sum, state_.m.data() + off, state_.v.data() + off, p.numel(),
                           p.decay()});
@@ -588,11 +578,10 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
     }
     if (p.units_size() > 1) {
       auto &acc = partial_[size_t(pid)];
-      if (pending_[size_t(pid)] == 0) pending_[size_t(pid)] = p.units_size();
       if (acc.empty()) acc.assign(g, g + p.numel());
       else
         for (int64_t i = 0; i < p.numel(); ++i) acc[size_t(i)] += g[i];
-      if (--pending_[size_t(pid)] > 0) continue;
+      if (!lastShare(pid, p)) continue;
       updateParam(pid, acc.data(), job.lr, 1.0f, job.step);
       acc.clear();
       acc.shrink_to_fit();
@@ -714,7 +703,7 @@ llvm::Error CudaTrainer::gpuUpdate(int32_t unit, int32_t gradSlot, uint8_t *weig
     MEGAC_CUDA_TRY(cudaStreamSynchronize(gpu_.stream));
     for (int k = 0; k < u.parameters_size(); ++k) {
       const plan::Parameter &p = plan_.parameters(u.parameters(k));
-      addInto(grads->data() + p.host_offset(), residentGrads_.data() + lay.offsets[size_t(k)] / 4, p.numel());
+      cpu::addInto(grads->data() + p.host_offset(), residentGrads_.data() + lay.offsets[size_t(k)] / 4, p.numel());
     }
     return llvm::Error::success();
   }
@@ -772,10 +761,7 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
                                  const std::vector<float> &lossScales, float lr, std::vector<float> *grads,
                                  std::vector<double> &losses, double laneBusy[4], bool stepWhenSummed) {
   const plan::StreamSchedule &s = *sched_;
-  if (microBatches.empty() || microBatches.size() > size_t(M_) ||
-      (backward && (microBatches.size() != size_t(M_) || lossScales.size() != size_t(M_))))
-    return err("a pass of the plan's schedule carries " + llvm::Twine(M_) + " micro-batches, not " +
-               llvm::Twine(microBatches.size()));
+  if (auto e = checkPassSize(microBatches.size(), backward, lossScales.size())) return e;
   // Data and the loss seeds, ahead of everything on the compute stream.
   std::vector<Tensor> staged; // alive until the copies are done
   for (int mb = 0; mb < M_; ++mb) {

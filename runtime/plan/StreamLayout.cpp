@@ -263,6 +263,18 @@ std::string slotEventName(char slotKind, int slot, bool ready) {
 
 std::string unitUpdatedEventName(int unit) { return "u" + std::to_string(unit) + ".updated"; }
 
+llvm::Error checkPassMicroBatches(const StreamSchedule &s) {
+  const int m = passMicroBatches(s);
+  if (m > 4096)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the plan's schedule carries " + std::to_string(m) + " micro-batches a pass (at most 4096)");
+  for (const StreamAction &a : s.actions())
+    if (a.micro_batch() < 0 || a.micro_batch() >= m)
+      return llvm::createStringError(llvm::inconvertibleErrorCode(), "the plan's schedule has an action of micro-batch " +
+                                                                         std::to_string(a.micro_batch()) + " of " + std::to_string(m));
+  return llvm::Error::success();
+}
+
 bool stepKeepsGradients(const Plan &p) {
   const int64_t accum = std::max<int64_t>(p.optimizer().grad_accum(), 1);
   const int perPass = p.has_schedule() ? passMicroBatches(p.schedule()) : 1;

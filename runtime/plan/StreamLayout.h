@@ -177,6 +177,9 @@ std::vector<int> unitsSharingParameters(const Plan &p, int unitIndex);
 
 // Micro-batches each pass carries through every unit (StreamSchedule.micro_batches; 1 where unset).
 inline int passMicroBatches(const StreamSchedule &s) { return s.micro_batches() > 1 ? s.micro_batches() : 1; }
+// What a runtime checks before it sizes its per-micro-batch books: at most
+// 4096 micro-batches a pass, and every action's micro_batch among them.
+llvm::Error checkPassMicroBatches(const StreamSchedule &s);
 // Whether a region is one per micro-batch of the pass (DeviceRegion.micro_batch).
 inline bool perMicroBatch(DeviceRegion::Kind k) {
   return k == DeviceRegion::CHECKPOINT || k == DeviceRegion::ACTIVATION_GRAD || k == DeviceRegion::DATA ||

@@ -1,5 +1,6 @@
 #include "runtime/stream/StreamExecutor.h"
 
+#include "runtime/cpu/Kernel.h"
 #include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
@@ -214,11 +215,8 @@ llvm::Error StreamExecutor::init() {
   if (m == MAP_FAILED)
     return err("cannot map the " + llvm::Twine(int64_t(devBytes_)) + " bytes the plan's device allocation takes");
   dev_ = static_cast<uint8_t *>(m);
+  if (auto e = plan::checkPassMicroBatches(s)) return e;
   M_ = plan::passMicroBatches(s);
-  if (M_ > 4096) return err("the plan's schedule carries " + llvm::Twine(M_) + " micro-batches a pass (at most 4096)");
-  for (const plan::StreamAction &a : s.actions())
-    if (a.micro_batch() < 0 || a.micro_batch() >= M_)
-      return err("the plan's schedule has an action of micro-batch " + llvm::Twine(a.micro_batch()) + " of " + llvm::Twine(M_));
   for (const plan::DeviceRegion &r : s.regions()) regions_[{int(r.kind()), r.index(), r.micro_batch()}] = &r;
   for (int u = 0; u < plan_.units_size(); ++u) {
     for (int32_t id : plan_.units(u).parameters())
@@ -593,19 +591,15 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
     if (!gr) return gr.takeError();
     if (tmp.defined()) { // another consumer's gradient is there: add this one, as the direct path does
       if (auto e = expect(i, activationGrad_[at(act, mb)], "the gradient of '" + ac.name() + "'", -1, off, bytes, shadow_)) return e;
-      float *d = reinterpret_cast<float *>(*gr);
-      const float *sv = tmp.data<float>();
-      for (int64_t x = 0; x < tmp.numel(); ++x) d[x] += sv[x];
+      cpu::addInto(reinterpret_cast<float *>(*gr), tmp.data<float>(), tmp.numel());
     }
     activationGrad_[at(act, mb)] = fill(i, -1, off, bytes, shadow_, "the gradient of '" + ac.name() + "'");
   }
   // A later micro-batch's parameter gradients, added to the slot's sum (in
   // micro-batch order: the host's accumulation over passes adds them so).
   for (int j = 0; mb > 0 && j < unit.parameters_size(); ++j) {
-    float *d = reinterpret_cast<float *>(dev_ + gslotOff + lay.offsets[size_t(j)]);
     const Tensor &t = results[results.size() - size_t(unit.parameters_size()) + size_t(j)];
-    const float *sv = t.data<float>();
-    for (int64_t x = 0; x < t.numel(); ++x) d[x] += sv[x];
+    cpu::addInto(reinterpret_cast<float *>(dev_ + gslotOff + lay.offsets[size_t(j)]), t.data<float>(), t.numel());
   }
   // The slot holds the unit's gradients once its last micro-batch has added to them.
   if (lastMb && injectNan_ && injectNan_->at(unit.name(), state_.step) && unit.parameters_size() > 0)
@@ -670,7 +664,7 @@ llvm::Error StreamExecutor::updateFrom(int u, const uint8_t *base, bool poisoned
     const float *g = reinterpret_cast<const float *>(base + o);
     if (grads_) {
       float *dst = grads_->data() + p.host_offset();
-      for (int64_t x = 0; x < p.numel(); ++x) dst[x] += g[x];
+      cpu::addInto(dst, g, p.numel());
       if (stepWhenSummed_ && --sumPending_[size_t(pid)] == 0) updateParam(pid, dst, lr_, 1.0f);
       continue;
     }
@@ -803,10 +797,7 @@ llvm::Error StreamExecutor::execute(int i) {
 llvm::Error StreamExecutor::runPass(const std::vector<std::pair<Tensor, Tensor>> &microBatches, bool backward,
                                     const std::vector<float> &lossScales, std::vector<float> *grads, float lr,
                                     std::vector<double> &losses, bool stepWhenSummed) {
-  if (microBatches.empty() || microBatches.size() > size_t(M_) || (backward && microBatches.size() != size_t(M_)) ||
-      (backward && lossScales.size() != size_t(M_)))
-    return err("a pass of the plan's schedule carries " + llvm::Twine(M_) + " micro-batches, not " +
-               llvm::Twine(microBatches.size()));
+  if (auto e = checkPassSize(microBatches.size(), backward, lossScales.size())) return e;
   ++pass_;
   backwardPass_ = backward;
   lossScales_ = lossScales;

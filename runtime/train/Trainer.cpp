@@ -319,6 +319,14 @@ llvm::Expected<std::vector<double>> Trainer::forwardBackwardPass(const std::vect
   return std::vector<double>{*loss};
 }
 
+llvm::Error Trainer::checkPassSize(size_t batches, bool backward, size_t lossScales) const {
+  const size_t perPass = size_t(microBatchesPerPass());
+  if (batches == 0 || batches > perPass || (backward && (batches != perPass || lossScales != perPass)))
+    return err("a pass of the plan's schedule carries " + llvm::Twine(perPass) + " micro-batches, not " +
+               llvm::Twine(batches));
+  return llvm::Error::success();
+}
+
 bool Trainer::keepsGradients(size_t microBatches) const {
   return plan_.optimizer().clip() > 0 || microBatches > size_t(microBatchesPerPass());
 }

@@ -172,6 +172,9 @@ protected:
   // (`forwardPass` runs one, giving each batch's loss).
   llvm::Expected<double> forwardBackwardAsPass(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                std::vector<float> *grads, float lr);
+  // A pass's inputs: microBatchesPerPass() batches and loss scales, or for a
+  // forward-only pass 1 to that many batches.
+  llvm::Error checkPassSize(size_t batches, bool backward, size_t lossScales) const;
   using ForwardPass = std::function<llvm::Error(const std::vector<std::pair<Tensor, Tensor>> &, std::vector<double> &)>;
   llvm::Expected<std::vector<double>> evalInPasses(const std::vector<std::pair<Tensor, Tensor>> &batches,
                                                    const ForwardPass &forwardPass);
