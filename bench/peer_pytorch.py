@@ -1,7 +1,8 @@
 # PyTorch peers for the megac benchmark, measured the way a user would run them
 # (bench/bench2.8b.sh runs it; kept as it came with the project's issue 5).
 # Usage on the GPU machine: python3 peer_pytorch.py gpu|fsdp|fsdp_fused  (SHAPE=8b for the
-# Llama-3.1-8B shape; default the 2.81B Llama shape; BATCH and SEQ for another batch than 8 x 2048).
+# Llama-3.1-8B shape; default the 2.81B Llama shape; BATCH and SEQ for another batch than 8 x 2048;
+# PEER_STEPS timed steps after the first, default 4).
 # Prints one JSON line; writes it to $OUT.
 # Measured 2026-12-02 on the lent H200: gpu 0.924 s/step, fsdp_fused 1.946, fsdp 4.116;
 # at SHAPE=8b, gpu runs out of memory.
@@ -62,7 +63,7 @@ else:
     fused = mode == "fsdp_fused"
     opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=fused, foreach=not fused)
     res["cpu_adam"] = "fused" if fused else "foreach"
-t = run(model, opt)
+t = run(model, opt, int(os.environ.get("PEER_STEPS", 4)))
 tok = B * S
 attn = 12 * cfg.num_hidden_layers * cfg.hidden_size * S * tok / 2  # causal attention fwd+bwd, halved
 res.update(step_s=round(t, 3), tokens_per_s=round(tok / t), TFLOPS_6PT=round(6 * P * tok / t / 1e12, 1),

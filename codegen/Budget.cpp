@@ -31,7 +31,8 @@ llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes) {
   return err("the plan needs " + bytesText(h->total()) + " of host memory, more than --host-mem " +
              bytesText(hostBudgetBytes) + ": fp32 master weights " + llvm::Twine(h->masterWeights) +
              ", AdamW moments " + llvm::Twine(h->adamMoments) + ", step gradients " + llvm::Twine(h->gradients) +
-             ", pinned staging " + llvm::Twine(h->pinnedStaging) + " bytes");
+             ", pinned staging " + llvm::Twine(h->pinnedStaging) +
+             (h->pinnedCheckpoints ? ", offloaded checkpoints " + std::to_string(h->pinnedCheckpoints) : std::string()) + " bytes");
 }
 
 int64_t largestFitting(int64_t below, const std::function<bool(int64_t)> &fits) {

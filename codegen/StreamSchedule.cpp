@@ -198,6 +198,54 @@ void addRegion(plan::StreamSchedule &s, DeviceRegion::Kind kind, int index, int6
   r->set_last_action(last);
 }
 
+// An offloaded checkpoint: activation `activation` of micro-batch `mb`,
+// written by unit `producer`. Positions count the pass's FORWARDs and
+// BACKWARDs in issue order (forward: unit-major, then micro-batch).
+struct OffloadedCheckpoint {
+  int activation = -1, mb = 0, producer = -1;
+  int freePos = -1; // the FORWARD after its last FORWARD reader: waits for the copy out
+  int loadPos = -1; // the BACKWARD before its first BACKWARD reader: the copy back is issued before it
+  int64_t hostOffset = 0;
+  int event = -1; // its first event; c<j>.written, .saved, .clear, .loaded follow in order
+  int saveAt = -1, freedAt = -1, loadAt = -1; // action indices
+};
+
+bool readsActivation(const plan::Unit &u, int activation) {
+  return std::find(u.activation_inputs().begin(), u.activation_inputs().end(), activation) != u.activation_inputs().end();
+}
+
+// The boundary checkpoints of the first `units` units, each micro-batch's
+// where the copy out has finished before the copy back starts (its last
+// FORWARD reader is followed by a FORWARD, which comes before the BACKWARD
+// before its first BACKWARD reader); in (unit, micro-batch, output) order.
+std::vector<OffloadedCheckpoint> chooseOffloads(const plan::Plan &p, const std::vector<int> &producer,
+                                                const std::vector<std::vector<std::pair<int, int>>> &consumers, int M,
+                                                int units) {
+  std::vector<OffloadedCheckpoint> out;
+  const int N = p.units_size();
+  auto fwdPos = [&](int u, int m) { return u * M + m; };
+  auto bwdPos = [&](int u, int m) { return N * M + (N - 1 - u) * M + m; };
+  for (int u = 0; u < std::min(units, N); ++u)
+    for (int m = 0; m < M; ++m)
+      for (int32_t a : p.units(u).activation_outputs()) {
+        if (p.activations(a).kind() != plan::Activation::INTERMEDIATE || consumers[size_t(a)].empty() || producer[size_t(a)] != u)
+          continue;
+        int lastFwd = -1, firstBwd = INT32_MAX;
+        for (auto [c, k] : consumers[size_t(a)]) {
+          lastFwd = std::max(lastFwd, fwdPos(c, m));
+          firstBwd = std::min(firstBwd, bwdPos(c, m));
+        }
+        OffloadedCheckpoint c;
+        c.activation = a;
+        c.mb = m;
+        c.producer = u;
+        c.freePos = lastFwd + 1;
+        c.loadPos = firstBwd - 1;
+        if (c.freePos < N * M && c.freePos < c.loadPos) out.push_back(c);
+      }
+  return out;
+}
+
 } // namespace
 
 llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
@@ -244,15 +292,92 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
       compute(i, order[i]);
     }
   };
+  const int A = p.activations_size();
+  std::vector<int> producer(size_t(A), -1);
+  std::vector<std::vector<std::pair<int, int>>> consumers(static_cast<size_t>(A)); // (unit, input position)
+  for (int u = 0; u < N; ++u) {
+    const plan::Unit &unit = p.units(u);
+    for (int32_t a : unit.activation_outputs()) {
+      if (a < 0 || a >= A) return err("unit '" + unit.name() + "' writes activation " + llvm::Twine(a) + ", which does not exist");
+      producer[size_t(a)] = u;
+    }
+    for (int k = 0; k < unit.activation_inputs_size(); ++k) {
+      int32_t a = unit.activation_inputs(k);
+      if (a < 0 || a >= A) return err("unit '" + unit.name() + "' reads activation " + llvm::Twine(a) + ", which does not exist");
+      consumers[size_t(a)].push_back({u, k});
+    }
+  }
+  std::vector<OffloadedCheckpoint> offloaded = chooseOffloads(p, producer, consumers, M, o.offloadCheckpoints);
+  int64_t pinnedCheckpoints = 0;
+  for (size_t j = 0; j < offloaded.size(); ++j) {
+    OffloadedCheckpoint &c = offloaded[j];
+    c.hostOffset = pinnedCheckpoints;
+    pinnedCheckpoints += plan::alignUp(plan::typeBytes(p.activations(c.activation).type()));
+    c.event = s.events_size();
+    for (const char *what : {"written", "saved", "clear", "loaded"}) s.add_events(plan::checkpointEventName(int(j), what));
+  }
+  s.set_pinned_checkpoint_bytes(pinnedCheckpoints);
+  auto copy = [&](StreamAction::Kind kind, const OffloadedCheckpoint &c) {
+    StreamAction *a = s.add_actions();
+    a->set_kind(kind);
+    a->set_stream(kind == StreamAction::SAVE_CHECKPOINT ? StreamAction::D2H : StreamAction::H2D);
+    a->set_unit(c.producer);
+    a->set_weight_slot(-1);
+    a->set_grad_slot(-1);
+    a->set_micro_batch(c.mb);
+    a->set_activation(c.activation);
+    a->set_host_offset(c.hostOffset);
+    return a;
+  };
+  int computePos = 0; // FORWARDs and BACKWARDs issued so far
+  auto lastComputeAction = [&] {
+    for (int i = s.actions_size() - 1; i >= 0; --i)
+      if (s.actions(i).stream() == StreamAction::COMPUTE) return i;
+    return -1;
+  };
+
   std::vector<int> forwardOrder(static_cast<size_t>(N));
   for (int i = 0; i < N; ++i) forwardOrder[size_t(i)] = i;
   issue(forwardOrder, [&](size_t, int u) {
-    for (int m = 0; m < M; ++m) fwdAt[at(u, m)] = ab.forward(u, m, m == M - 1);
+    for (int m = 0; m < M; ++m) {
+      const int f = fwdAt[at(u, m)] = ab.forward(u, m, m == M - 1);
+      // The FORWARD after a checkpoint's last forward reader waits for its copy out.
+      for (OffloadedCheckpoint &c : offloaded)
+        if (c.freePos == computePos) {
+          s.mutable_actions(f)->add_waits(c.event + 1);
+          c.freedAt = f;
+        }
+      ++computePos;
+      for (OffloadedCheckpoint &c : offloaded) {
+        if (c.producer != u || c.mb != m) continue;
+        s.mutable_actions(f)->add_records(c.event);
+        StreamAction *save = copy(StreamAction::SAVE_CHECKPOINT, c);
+        save->add_waits(c.event);
+        save->add_records(c.event + 1);
+        c.saveAt = s.actions_size() - 1;
+      }
+    }
   });
   std::vector<int> backwardOrder(forwardOrder.rbegin(), forwardOrder.rend());
   ab.inBackward = true;
   issue(backwardOrder, [&](size_t b, int u) {
-    for (int m = 0; m < M; ++m) bwdAt[at(u, m)] = ab.backward(u, int(b % size_t(G)), m, m == M - 1);
+    for (int m = 0; m < M; ++m) {
+      // A checkpoint comes back while the BACKWARD before its first reader
+      // runs, once the compute stream's work before it is done.
+      for (OffloadedCheckpoint &c : offloaded) {
+        if (c.loadPos != computePos) continue;
+        const int prev = lastComputeAction();
+        s.mutable_actions(prev)->add_records(c.event + 2);
+        StreamAction *load = copy(StreamAction::LOAD_CHECKPOINT, c);
+        load->add_waits(c.event + 2);
+        load->add_records(c.event + 3);
+        c.loadAt = s.actions_size() - 1;
+      }
+      const int bw = bwdAt[at(u, m)] = ab.backward(u, int(b % size_t(G)), m, m == M - 1);
+      for (const OffloadedCheckpoint &c : offloaded)
+        if (c.mb == m && readsActivation(p.units(u), c.activation)) s.mutable_actions(bw)->add_waits(c.event + 3);
+      ++computePos;
+    }
   });
   const int last = s.actions_size() - 1;
 
@@ -269,21 +394,8 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   for (int u = 0; u < N; ++u)
     if (p.units(u).resident()) addRegion(s, DeviceRegion::RESIDENT, u, plan::residentLayout(p, u).bytes, 0, last);
 
-  const int A = p.activations_size();
-  std::vector<int> producer(size_t(A), -1);
-  std::vector<std::vector<std::pair<int, int>>> consumers(static_cast<size_t>(A)); // (unit, input position)
-  for (int u = 0; u < N; ++u) {
-    const plan::Unit &unit = p.units(u);
-    for (int32_t a : unit.activation_outputs()) {
-      if (a < 0 || a >= A) return err("unit '" + unit.name() + "' writes activation " + llvm::Twine(a) + ", which does not exist");
-      producer[size_t(a)] = u;
-    }
-    for (int k = 0; k < unit.activation_inputs_size(); ++k) {
-      int32_t a = unit.activation_inputs(k);
-      if (a < 0 || a >= A) return err("unit '" + unit.name() + "' reads activation " + llvm::Twine(a) + ", which does not exist");
-      consumers[size_t(a)].push_back({u, k});
-    }
-  }
+  std::vector<const OffloadedCheckpoint *> offloadOf(size_t(A) * size_t(M), nullptr);
+  for (const OffloadedCheckpoint &c : offloaded) offloadOf[at(c.activation, c.mb)] = &c;
   for (int a = 0; a < A; ++a) {
     const plan::Activation &act = p.activations(a);
     int64_t bytes = plan::typeBytes(act.type());
@@ -297,9 +409,21 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
       // Written by the producer's FORWARD, read until the last consumer's
       // BACKWARD (the loss: until the host reads it after the step).
       int readEnd = fwdAt[at(pu, m)];
-      for (auto [c, k] : consumers[size_t(a)]) readEnd = std::max(readEnd, bwdAt[at(c, m)]);
-      if (act.kind() == plan::Activation::LOSS) readEnd = last;
-      addRegion(s, DeviceRegion::CHECKPOINT, a, bytes, fwdAt[at(pu, m)], readEnd, m);
+      if (const OffloadedCheckpoint *c = offloadOf[at(a, m)]) {
+        // Through the forward only: its FORWARD readers, its copy out and
+        // the FORWARD that waits for that; back in for the BACKWARD readers.
+        int backEnd = c->loadAt;
+        for (auto [u, k] : consumers[size_t(a)]) {
+          readEnd = std::max(readEnd, fwdAt[at(u, m)]);
+          backEnd = std::max(backEnd, bwdAt[at(u, m)]);
+        }
+        addRegion(s, DeviceRegion::CHECKPOINT, a, bytes, fwdAt[at(pu, m)], std::max({readEnd, c->saveAt, c->freedAt}), m);
+        addRegion(s, DeviceRegion::LOADED_CHECKPOINT, a, bytes, c->loadAt, backEnd, m);
+      } else {
+        for (auto [c, k] : consumers[size_t(a)]) readEnd = std::max(readEnd, bwdAt[at(c, m)]);
+        if (act.kind() == plan::Activation::LOSS) readEnd = last;
+        addRegion(s, DeviceRegion::CHECKPOINT, a, bytes, fwdAt[at(pu, m)], readEnd, m);
+      }
       // Its gradient: summed by the consumers' BACKWARDs (the first one in
       // issue order writes it), read by the producer's BACKWARD. Where no
       // consumer gives a gradient (the loss: the seed), the runtime fills it

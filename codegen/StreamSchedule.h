@@ -30,6 +30,13 @@ struct ScheduleOptions {
   // unit (layer-major accumulation); divides the plan's grad_accum (-1: auto,
   // codegen/MicroBatchPolicy.h).
   int microBatches = 1;
+  // --offload-checkpoints: the boundary checkpoints of the first N units go
+  // to pinned host memory after their forward and come back before their
+  // backward (plan.proto's StreamSchedule.pinned_checkpoint_bytes); each
+  // micro-batch's where the schedule leaves time for the copies (not the
+  // last units': their checkpoints are read again right away). 0: none;
+  // -1: auto (codegen/CheckpointOffloadPolicy.h; the schedule is built with none).
+  int offloadCheckpoints = 0;
 };
 
 // Fills plan.schedule from the units' resident and keep_activations choices.

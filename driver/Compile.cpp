@@ -1,6 +1,7 @@
 #include "driver/Compile.h"
 
 #include "codegen/Budget.h"
+#include "codegen/CheckpointOffloadPolicy.h"
 #include "codegen/GpuAdamwPolicy.h"
 #include "codegen/MicroBatchPolicy.h"
 #include "codegen/RecomputePolicy.h"
@@ -9,6 +10,7 @@
 #include "runtime/plan/PlanChecker.h"
 
 #include <algorithm>
+#include <climits>
 #include <cstdio>
 
 namespace megac::driver {
@@ -50,7 +52,16 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   if (slotsAuto)
     if (auto e = applyWeightSlotsPolicy(*plan, so)) return std::move(e);
   if (auto e = applyRecomputePolicy(*plan, so)) return std::move(e);
+  // Last: auto offloads checkpoints only where the plan is over budget.
+  if (auto e = applyCheckpointOffloadPolicy(*plan, so)) return std::move(e);
   return plan;
+}
+
+// The options that give a plan its least GPU memory per token: every
+// checkpoint offloaded where the flags allow offload (auto included).
+static CodegenOptions leastPerToken(CodegenOptions co) {
+  if (co.schedule.offloadCheckpoints != 0) co.schedule.offloadCheckpoints = INT_MAX;
+  return co;
 }
 
 static frontend::ImportOptions atShape(frontend::ImportOptions io, int64_t batch, int64_t seq) {
@@ -88,8 +99,8 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
   const double maxTokens = double(int64_t(1) << kMaxTokensLog2);
   if (tokens <= double(kCheckTokensAbove)) return llvm::Error::success();
   const int64_t s0 = std::min<int64_t>(S, 64);
-  auto p1 = compilePlan(modelPath, atShape(import, 1, s0), passOpts, co);
-  auto p2 = compilePlan(modelPath, atShape(import, 2, s0), passOpts, co);
+  auto p1 = compilePlan(modelPath, atShape(import, 1, s0), passOpts, leastPerToken(co));
+  auto p2 = compilePlan(modelPath, atShape(import, 2, s0), passOpts, leastPerToken(co));
   if (!p1 || !p2) { // the compile at the real shape reports what is wrong
     if (!p1) llvm::consumeError(p1.takeError());
     if (!p2) llvm::consumeError(p2.takeError());
@@ -143,17 +154,29 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
 llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, const frontend::ImportOptions &import,
                                               const passes::PassOptions &passOpts, const CodegenOptions &co) {
   LongestSeq out;
-  auto bytesAt = [&](int64_t seq) -> llvm::Expected<int64_t> {
+  // The estimate from the least GPU memory per token (checkpoints offloaded
+  // where allowed), confirmed by a compile as the flags ask for it, which
+  // must also fit --host-mem where it is given (offloaded checkpoints take
+  // pinned host memory).
+  bool hostFits = true;
+  auto bytesAt = [&](int64_t seq, const CodegenOptions &opts) -> llvm::Expected<int64_t> {
     ++out.compiles;
-    auto p = compilePlan(modelPath, atShape(import, 1, seq), passOpts, co);
+    auto p = compilePlan(modelPath, atShape(import, 1, seq), passOpts, opts);
     if (!p) return p.takeError();
+    out.pinnedCheckpointBytes = p->schedule().pinned_checkpoint_bytes();
+    hostFits = true;
+    if (co.schedule.hostBudgetBytes > 0)
+      if (auto e = checkHostBudget(*p, co.schedule.hostBudgetBytes)) {
+        llvm::consumeError(std::move(e));
+        hostFits = false;
+      }
     return p->schedule().device_bytes();
   };
   const int64_t s0 = 64, budget = co.schedule.gpuBudgetBytes;
-  auto b1 = bytesAt(s0);
+  auto b1 = bytesAt(s0, leastPerToken(co));
   if (!b1) return b1.takeError();
   if (*b1 > budget) return out;
-  auto b2 = bytesAt(2 * s0);
+  auto b2 = bytesAt(2 * s0, leastPerToken(co));
   if (!b2) return b2.takeError();
   const double perToken = std::max(1.0, double(*b2 - *b1) / double(s0));
   out.bytesPerToken = int64_t(perToken);
@@ -161,15 +184,21 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   int64_t seq = int64_t(std::min(maxSeq, double(s0) + double(budget - *b1) / perToken)) / s0 * s0;
   out.seq = s0;
   out.deviceBytes = *b1;
+  out.pinnedCheckpointBytes = 0;
   for (int tries = 0; tries < 8 && seq > s0; ++tries) {
-    auto b = bytesAt(seq);
+    auto b = bytesAt(seq, co);
     if (!b) return b.takeError();
-    if (*b <= budget) {
+    if (*b <= budget && hostFits) {
       out.seq = seq;
       out.deviceBytes = *b;
       break;
     }
-    seq = std::max(s0, seq / 20 * 19 / s0 * s0);
+    // Shorter: the line through seq 64's bytes and these, where the GPU set
+    // the limit (offloaded checkpoints make the bytes less than linear), and
+    // at most 95% of this length.
+    int64_t next = seq / 20 * 19;
+    if (*b > budget && *b > *b1) next = std::min(next, s0 + int64_t(double(budget - *b1) * double(seq - s0) / double(*b - *b1)));
+    seq = std::max(s0, next / s0 * s0);
   }
   return out;
 }

@@ -25,6 +25,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <thread>
 #include <tuple>
 
@@ -111,7 +112,9 @@ private:
                       const std::vector<float> &lossScales, float lr, std::vector<float> *grads,
                       std::vector<double> &losses, double laneBusy[4], bool stepWhenSummed = false);
   uint8_t *region(plan::DeviceRegion::Kind kind, int32_t index, int64_t atLeast, llvm::Error &e, int microBatch = 0);
-  llvm::Expected<void *> activationBuffer(int32_t act, int microBatch);
+  // An activation's bytes; for a BACKWARD (`backward`), an offloaded
+  // checkpoint's LOADED_CHECKPOINT region.
+  llvm::Expected<void *> activationBuffer(int32_t act, int microBatch, bool backward = false);
   llvm::Expected<void *> activationGradBuffer(int32_t act, int microBatch);
   cudaStream_t streamOf(plan::StreamAction::Stream s) const;
   void optimizerLoop();
@@ -158,6 +161,8 @@ private:
   int M_ = 1; // micro-batches per pass (StreamSchedule.micro_batches)
   double stepLanes_[4] = {0, 0, 0, 0}; // this step's passes' busy seconds per lane
   uint8_t *staging_ = nullptr; // pinned: grad_slots x grad_slot_bytes
+  uint8_t *hostCheckpoints_ = nullptr; // pinned: the offloaded checkpoints (pinned_checkpoint_bytes)
+  std::set<std::pair<int, int>> loadedCheckpoints_; // (activation, micro-batch) that a LOAD_CHECKPOINT brings back
   // The gradients' NaN/Inf check on the GPU (FiniteCheckKernels.h): per unit
   // the first bad (parameter, element), and the micro-batch's poison flag,
   // which each OFFLOAD copies beside its gradients for the host's AdamW and
@@ -223,6 +228,7 @@ CudaTrainer::~CudaTrainer() {
     cudaHostUnregister(state_.v.data());
   }
   cudaFreeHost(staging_);
+  cudaFreeHost(hostCheckpoints_);
   cudaFreeHost(lossHost_);
   cudaFreeHost(poisonHost_);
   cudaFree(firstBadDev_);
@@ -258,10 +264,12 @@ static int64_t activationBytes(const plan::Activation &a) {
   return n;
 }
 
-llvm::Expected<void *> CudaTrainer::activationBuffer(int32_t act, int mb) {
+llvm::Expected<void *> CudaTrainer::activationBuffer(int32_t act, int mb, bool backward) {
   const plan::Activation &a = plan_.activations(act);
   if (a.kind() == plan::Activation::LOSS) return lossDev_ + mb;
-  auto kind = a.kind() == plan::Activation::INTERMEDIATE ? plan::DeviceRegion::CHECKPOINT : plan::DeviceRegion::DATA;
+  auto kind = a.kind() != plan::Activation::INTERMEDIATE            ? plan::DeviceRegion::DATA
+              : backward && loadedCheckpoints_.count({act, mb}) ? plan::DeviceRegion::LOADED_CHECKPOINT
+                                                                 : plan::DeviceRegion::CHECKPOINT;
   llvm::Error e = llvm::Error::success();
   uint8_t *p = region(kind, act, activationBytes(a), e, mb);
   if (e) return std::move(e);
@@ -333,6 +341,17 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   }
   if (auto e = plan::checkPassMicroBatches(s)) return e;
   M_ = plan::passMicroBatches(s);
+  // Checkpoint offload: the host's copies, pinned, and which checkpoints come back.
+  for (const plan::StreamAction &a : s.actions()) {
+    if (!plan::isCheckpointCopy(a.kind())) continue;
+    if (a.activation() < 0 || a.activation() >= plan_.activations_size() ||
+        plan_.activations(a.activation()).kind() != plan::Activation::INTERMEDIATE ||
+        !plan::blockWithin(a.host_offset(), plan::checkpointCopyBytes(plan_, a), s.pinned_checkpoint_bytes()))
+      return err("the plan's schedule copies a checkpoint that does not exist, or outside its pinned checkpoint memory");
+  }
+  loadedCheckpoints_ = plan::loadedCheckpoints(s);
+  if (s.pinned_checkpoint_bytes() > 0)
+    MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&hostCheckpoints_), size_t(s.pinned_checkpoint_bytes())));
   // Each micro-batch's loss, then its seed, 256-byte aligned apart.
   const size_t lossFloats = size_t(M_ + 63) / 64 * 64;
   MEGAC_CUDA_TRY(cudaMalloc(reinterpret_cast<void **>(&lossDev_), 2 * lossFloats * 4));
@@ -880,7 +899,7 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
       uint8_t *gradSlot = nullptr; // BACKWARD: where the unit's parameter gradients go
       size_t addFrom = SIZE_MAX;   // a later micro-batch adds its parameter gradients to the slot's sum
       for (int32_t act : unit.activation_inputs()) {
-        auto b = activationBuffer(act, mb);
+        auto b = activationBuffer(act, mb, !fwd);
         if (!b) return b.takeError();
         args.push_back(*b);
       }
@@ -987,6 +1006,18 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
     case plan::StreamAction::WRITEBACK:
       if (auto e2 = moveSlotState(a, a.kind() == plan::StreamAction::FETCH_MOMENTS)) return e2;
       break;
+    case plan::StreamAction::SAVE_CHECKPOINT:
+    case plan::StreamAction::LOAD_CHECKPOINT: { // init checked the activation and the host block
+      const bool save = a.kind() == plan::StreamAction::SAVE_CHECKPOINT;
+      const int64_t bytes = plan::checkpointCopyBytes(plan_, a);
+      uint8_t *dev = region(save ? plan::DeviceRegion::CHECKPOINT : plan::DeviceRegion::LOADED_CHECKPOINT, a.activation(), bytes, e,
+                            a.micro_batch());
+      if (e) return e;
+      uint8_t *host = hostCheckpoints_ + a.host_offset();
+      MEGAC_CUDA_TRY(cudaMemcpyAsync(save ? static_cast<void *>(host) : dev, save ? static_cast<void *>(dev) : host, size_t(bytes),
+                                     save ? cudaMemcpyDeviceToHost : cudaMemcpyHostToDevice, st));
+      break;
+    }
     default: return err("the plan's schedule has an action of unknown kind");
     }
     if (onCpu) {

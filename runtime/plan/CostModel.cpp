@@ -309,6 +309,13 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
       w.amount = double(t.transferBytes);
       (a.stream() == StreamAction::H2D ? out.h2dBytes : out.d2hBytes) += t.transferBytes;
       break;
+    case StreamAction::SAVE_CHECKPOINT:
+    case StreamAction::LOAD_CHECKPOINT:
+      w.transfer = true;
+      t.transferBytes = checkpointCopyBytes(p_, a);
+      w.amount = double(t.transferBytes);
+      (a.stream() == StreamAction::H2D ? out.h2dBytes : out.d2hBytes) += t.transferBytes;
+      break;
     case StreamAction::FORWARD:
     case StreamAction::BACKWARD: {
       bool backward = a.kind() == StreamAction::BACKWARD;

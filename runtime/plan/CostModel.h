@@ -9,6 +9,7 @@
 //   OFFLOAD   the unit's fp32 gradients, same layout / PCIe D2H (shared likewise);
 //   FETCH_MOMENTS, WRITEBACK  twice and three times a PREFETCH's bytes (m, v;
 //             weights, m, v) over H2D and D2H;
+//   SAVE_CHECKPOINT, LOAD_CHECKPOINT  the checkpoint's bytes over D2H and H2D;
 //   UPDATE    the parameters it updates (a tied one with its lowest-numbered
 //             unit, the last to add to its gradient) / CPU AdamW parameters/s;
 //             a resident or adamw_on_gpu unit's (compute stream): 28 bytes

@@ -154,7 +154,9 @@ private:
     std::string t = "action " + std::to_string(i) + " (" + actionKindName(a.kind()) + " of " + unitName(a.unit());
     if (a.weight_slot() >= 0) t += ", weight slot " + std::to_string(a.weight_slot());
     if (a.grad_slot() >= 0) t += ", grad slot " + std::to_string(a.grad_slot());
-    if (M_ > 1 && (a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD))
+    if (isCheckpointCopy(a.kind()) && a.activation() >= 0 && a.activation() < p_.activations_size())
+      t += ", " + activationName(a.activation());
+    if (M_ > 1 && (a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD || isCheckpointCopy(a.kind())))
       t += ", micro-batch " + std::to_string(a.micro_batch());
     return t + ")";
   }
@@ -241,8 +243,12 @@ private:
         return violation("malformed plan", actionText(i) + ": unit " + unitName(a.unit()) +
                                                (gpuAdamw ? " runs its AdamW on the GPU; its gradients stay there"
                                                          : " does not run its AdamW on the GPU while it streams"));
-      StreamAction::Stream want = a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::FETCH_MOMENTS ? StreamAction::H2D
-                                  : a.kind() == StreamAction::OFFLOAD || a.kind() == StreamAction::WRITEBACK ? StreamAction::D2H
+      StreamAction::Stream want = a.kind() == StreamAction::PREFETCH || a.kind() == StreamAction::FETCH_MOMENTS ||
+                                          a.kind() == StreamAction::LOAD_CHECKPOINT
+                                      ? StreamAction::H2D
+                                  : a.kind() == StreamAction::OFFLOAD || a.kind() == StreamAction::WRITEBACK ||
+                                          a.kind() == StreamAction::SAVE_CHECKPOINT
+                                      ? StreamAction::D2H
                                   : a.kind() == StreamAction::UPDATE && !resident && !gpuAdamw           ? StreamAction::CPU
                                                                                                           : StreamAction::COMPUTE;
       if (a.stream() != want)
@@ -255,16 +261,78 @@ private:
         return violation("malformed plan", actionText(i) + " has weight slot " + llvm::Twine(a.weight_slot()) + " (of " + llvm::Twine(K_) + ")");
       if (usesGrads != (a.grad_slot() >= 0) || a.grad_slot() >= G_)
         return violation("malformed plan", actionText(i) + " has grad slot " + llvm::Twine(a.grad_slot()) + " (of " + llvm::Twine(G_) + ")");
-      const bool compute = a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD;
+      const bool compute = a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD || isCheckpointCopy(a.kind());
       if (a.micro_batch() < 0 || a.micro_batch() >= (compute ? M_ : 1))
         return violation("malformed plan", "action " + llvm::Twine(i) + " has micro-batch " + llvm::Twine(a.micro_batch()) + " (the pass carries " +
-                                               llvm::Twine(M_) + (compute ? ")" : "; only FORWARD and BACKWARD name one)"));
+                                               llvm::Twine(M_) + (compute ? ")" : "; only FORWARD, BACKWARD and the checkpoint copies name one)"));
+      if (isCheckpointCopy(a.kind()))
+        if (auto e = checkpointCopy(i)) return e;
       for (int32_t e : a.waits())
         if (e < 0 || e >= s_.events_size()) return violation("malformed plan", actionText(i) + " waits event " + llvm::Twine(e) + ", which does not exist");
       for (int32_t e : a.records())
         if (e < 0 || e >= s_.events_size()) return violation("malformed plan", actionText(i) + " records event " + llvm::Twine(e) + ", which does not exist");
     }
+    return offloadedPairs();
+  }
+
+  // --- checkpoint offload ---
+  struct Offloaded {
+    int save = -1, load = -1;
+    int freed = -1; // the first compute action that waited for the SAVE_CHECKPOINT
+  };
+  std::map<std::pair<int, int>, Offloaded> offloaded_; // (activation, micro-batch)
+  const Offloaded *offloadedOf(int act, int mb) const {
+    auto it = offloaded_.find({act, mb});
+    return it == offloaded_.end() ? nullptr : &it->second;
+  }
+
+  llvm::Error checkpointCopy(int i) {
+    const StreamAction &a = s_.actions(i);
+    const int act = a.activation();
+    if (act < 0 || act >= p_.activations_size() || producer_[size_t(act)] != a.unit() ||
+        p_.activations(act).kind() != Activation::INTERMEDIATE || users_[size_t(act)].empty())
+      return violation("malformed plan", actionText(i) + " copies activation " + llvm::Twine(act) +
+                                             ", which is not a checkpoint its unit writes and another unit reads");
+    const int64_t bytes = typeBytes(p_.activations(act).type());
+    if (a.host_offset() % kAlignment != 0 || !blockWithin(a.host_offset(), bytes, s_.pinned_checkpoint_bytes()))
+      return violation("region overlap", actionText(i) + ": host " + range(a.host_offset(), bytes) +
+                                             " is not a 256-aligned block inside the pinned checkpoint memory of " +
+                                             llvm::Twine(s_.pinned_checkpoint_bytes()) + " bytes");
+    Offloaded &o = offloaded_[{act, a.micro_batch()}];
+    int &slot = a.kind() == StreamAction::SAVE_CHECKPOINT ? o.save : o.load;
+    if (slot >= 0) return violation("malformed plan", actionText(i) + ": the checkpoint already has one (" + actionText(slot) + ")");
+    slot = i;
     return llvm::Error::success();
+  }
+
+  // Each offloaded checkpoint goes out once and comes back once, to and from
+  // the same host bytes, which no other checkpoint's overlap.
+  llvm::Error offloadedPairs() {
+    std::vector<std::pair<int64_t, int>> blocks; // (host offset, its SAVE)
+    for (const auto &[key, o] : offloaded_) {
+      if (o.save < 0 || o.load < 0)
+        return violation("malformed plan", actionText(o.save >= 0 ? o.save : o.load) + ": the checkpoint has no " +
+                                               (o.save < 0 ? "SAVE_CHECKPOINT" : "LOAD_CHECKPOINT"));
+      if (s_.actions(o.save).host_offset() != s_.actions(o.load).host_offset())
+        return violation("read before write", actionText(o.load) + " reads host bytes at " + llvm::Twine(s_.actions(o.load).host_offset()) +
+                                                  ", but " + actionText(o.save) + " wrote them at " + llvm::Twine(s_.actions(o.save).host_offset()));
+      blocks.push_back({s_.actions(o.save).host_offset(), o.save});
+    }
+    std::sort(blocks.begin(), blocks.end());
+    for (size_t k = 1; k < blocks.size(); ++k) {
+      const StreamAction &prev = s_.actions(blocks[k - 1].second);
+      if (blocks[k].first < prev.host_offset() + checkpointCopyBytes(p_, prev))
+        return violation("region overlap", actionText(blocks[k].second) + " and " + actionText(blocks[k - 1].second) +
+                                               " share host bytes of the pinned checkpoint memory");
+    }
+    return llvm::Error::success();
+  }
+
+  // Whether action i waits an event whose latest record is action `by`.
+  bool waitsFor(int i, int by) const {
+    for (int32_t e : s_.actions(i).waits())
+      if (latest_[size_t(e)] == by) return true;
+    return false;
   }
 
   // --- the simulation of the actions in issue order ---
@@ -331,6 +399,7 @@ private:
     };
     std::vector<Carried> carried;
     std::vector<bool> prefetchedUnit(size_t(N_), false);
+    int lastComputeIssued = -1;
     for (int i = 0; i < s_.actions_size(); ++i) {
       const StreamAction &a = s_.actions(i);
       const int u = a.unit(), k = a.weight_slot(), g = a.grad_slot();
@@ -483,7 +552,43 @@ private:
         lastUpdate[size_t(g)] = i;
         break;
       }
+      case StreamAction::SAVE_CHECKPOINT: {
+        const int f = fwdAt_[at(u, a.micro_batch())];
+        if (f < 0)
+          return violation("read before write", actionText(i) + " copies " + activationName(a.activation()) + " before the FORWARD that writes it");
+        if (!waitsFor(i, f))
+          return violation("missing wait", actionText(i) + " waits no event of " + actionText(f) + ", which writes what it copies");
+        break;
+      }
+      case StreamAction::LOAD_CHECKPOINT: {
+        const Offloaded &o = *offloadedOf(a.activation(), a.micro_batch());
+        if (o.save > i || o.freed < 0)
+          return violation("read before write", actionText(i) + " reads the host's copy before a compute action has waited for " +
+                                                    (o.save > i ? "its SAVE_CHECKPOINT" : actionText(o.save)));
+        // The bytes it writes may be what any earlier compute action read.
+        if (lastComputeIssued >= 0 && !waitsFor(i, lastComputeIssued))
+          return violation("missing wait", actionText(i) + " waits no event of " + actionText(lastComputeIssued) +
+                                               ", the compute stream's last action before it (its region may reuse what that reads)");
+        break;
+      }
       default: return violation("malformed plan", "action " + llvm::Twine(i) + " has an unknown kind");
+      }
+      if (a.stream() == StreamAction::COMPUTE) {
+        // The first compute action to wait for a SAVE_CHECKPOINT frees the checkpoint's CHECKPOINT region.
+        for (int32_t e : a.waits())
+          if (int by = latest_[size_t(e)]; by >= 0 && s_.actions(by).kind() == StreamAction::SAVE_CHECKPOINT)
+            if (Offloaded &o = offloaded_[{s_.actions(by).activation(), s_.actions(by).micro_batch()}]; o.freed < 0) o.freed = i;
+        // A BACKWARD reads an offloaded checkpoint as its LOAD_CHECKPOINT brought it back.
+        if (a.kind() == StreamAction::BACKWARD)
+          for (int32_t in : p_.units(u).activation_inputs())
+            if (const Offloaded *o = offloadedOf(in, a.micro_batch())) {
+              if (o->load > i)
+                return violation("read before write", actionText(i) + " reads " + activationName(in) + " before its LOAD_CHECKPOINT (" + actionText(o->load) + ")");
+              if (!waitsFor(i, o->load))
+                return violation("missing wait", actionText(i) + " waits no event of " + actionText(o->load) + ", which brings back the " +
+                                                     activationName(in) + " it reads");
+            }
+        lastComputeIssued = i;
       }
       for (int32_t e : a.records()) latest_[size_t(e)] = i;
     }
@@ -509,13 +614,17 @@ private:
         return violation("malformed plan", "unit " + unitName(u) + " runs its AdamW on the GPU but has no " +
                                                (fetchAt_[size_t(u)] < 0 ? "FETCH_MOMENTS" : "WRITEBACK"));
     }
+    for (const auto &[key, o] : offloaded_)
+      if (o.freed < 0)
+        return violation("missing wait", "no compute action waits for " + actionText(o.save) + " (its CHECKPOINT region is never free)");
     return llvm::Error::success();
   }
 
   // --- regions ---
   std::string regionText(const DeviceRegion &r) const {
     std::string t = std::string(regionKindName(r.kind())) + " " + std::to_string(r.index());
-    if ((r.kind() == DeviceRegion::CHECKPOINT || r.kind() == DeviceRegion::ACTIVATION_GRAD || r.kind() == DeviceRegion::DATA) &&
+    if ((r.kind() == DeviceRegion::CHECKPOINT || r.kind() == DeviceRegion::ACTIVATION_GRAD || r.kind() == DeviceRegion::DATA ||
+         r.kind() == DeviceRegion::LOADED_CHECKPOINT) &&
         r.index() >= 0 && r.index() < p_.activations_size())
       t += " (" + activationName(r.index()) + ")";
     if (r.micro_batch() != 0) t += " of micro-batch " + std::to_string(r.micro_batch());
@@ -563,9 +672,22 @@ private:
           continue;
         }
         int readEnd = fwdAt_[at(pu, mb)];
-        for (auto [c, pos] : users_[size_t(a)]) readEnd = std::max(readEnd, bwdAt_[at(c, mb)]);
-        if (act.kind() == Activation::LOSS) readEnd = last;
-        if (auto e = require(DeviceRegion::CHECKPOINT, a, bytes, fwdAt_[at(pu, mb)], readEnd, "activation " + activationName(a), mb)) return e;
+        if (const Offloaded *o = offloadedOf(a, mb)) { // out after the forward, back before the backward
+          int backEnd = o->load;
+          for (auto [c, pos] : users_[size_t(a)]) {
+            readEnd = std::max(readEnd, fwdAt_[at(c, mb)]);
+            backEnd = std::max(backEnd, bwdAt_[at(c, mb)]);
+          }
+          if (auto e = require(DeviceRegion::CHECKPOINT, a, bytes, fwdAt_[at(pu, mb)], std::max({readEnd, o->save, o->freed}),
+                               "activation " + activationName(a) + " until its copy out is waited for", mb))
+            return e;
+          if (auto e = require(DeviceRegion::LOADED_CHECKPOINT, a, bytes, o->load, backEnd, "activation " + activationName(a) + " brought back", mb))
+            return e;
+        } else {
+          for (auto [c, pos] : users_[size_t(a)]) readEnd = std::max(readEnd, bwdAt_[at(c, mb)]);
+          if (act.kind() == Activation::LOSS) readEnd = last;
+          if (auto e = require(DeviceRegion::CHECKPOINT, a, bytes, fwdAt_[at(pu, mb)], readEnd, "activation " + activationName(a), mb)) return e;
+        }
         int gradFirst = bwdAt_[at(pu, mb)];
         for (auto [c, pos] : users_[size_t(a)])
           if (gradFlows(c, pos)) gradFirst = std::min(gradFirst, bwdAt_[at(c, mb)]);

@@ -36,6 +36,15 @@
 //   record in the action list is v's UPDATE (only that UPDATE records it),
 //   and the first OFFLOAD into each staging slot waits its `free` event,
 //   last recorded by the slot's last UPDATE;
+// - an offloaded checkpoint (SAVE_CHECKPOINT / LOAD_CHECKPOINT, plan.proto's
+//   StreamSchedule.pinned_checkpoint_bytes) goes out once and comes back
+//   once, to and from the same host bytes, which no other checkpoint's
+//   overlap: the SAVE waits an event of the FORWARD that wrote it; a compute
+//   action waits the SAVE before the LOAD is issued (the first such action
+//   ends the CHECKPOINT region's lifetime); the LOAD waits an event of the
+//   compute stream's last action before it (every region its bytes may
+//   reuse has been read); each BACKWARD reading it waits the LOAD, and reads
+//   its LOADED_CHECKPOINT region, whose lifetime covers the LOAD and them;
 // - the peak (device_bytes) stays within gpu_budget_bytes.
 //
 // The error names the violation kind first ("arena overlap", "region

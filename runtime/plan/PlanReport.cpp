@@ -64,6 +64,7 @@ const char *deviceCategoryName(DeviceRegion::Kind k) {
   case DeviceRegion::SAVED: return "saved activations";
   case DeviceRegion::RESIDENT: return "resident units";
   case DeviceRegion::MOMENT_SLOT: return "moment slots";
+  case DeviceRegion::LOADED_CHECKPOINT: return "checkpoints back";
   default: return "unknown";
   }
 }
@@ -112,13 +113,27 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   }
 
   r.pinnedStagingBytes = s.pinned_staging_bytes();
+  r.pinnedCheckpointBytes = s.pinned_checkpoint_bytes();
   // Saturating, as above: the host-memory check reads an unchecked plan's staging size here.
   r.hostBytes = 0;
-  for (int64_t part : {m.masterWeightBytes, m.adamMomentBytes, m.gradientBytes, r.pinnedStagingBytes})
+  for (int64_t part : {m.masterWeightBytes, m.adamMomentBytes, m.gradientBytes, r.pinnedStagingBytes, r.pinnedCheckpointBytes})
     if (__builtin_add_overflow(r.hostBytes, std::max<int64_t>(part, 0), &r.hostBytes)) r.hostBytes = INT64_MAX;
   r.bytesPerParameter = m.parameters > 0 ? double(r.hostBytes) / double(m.parameters) : 0;
 
+  std::vector<bool> unitOffloads(size_t(p.units_size()), false);
   for (const StreamAction &a : s.actions()) {
+    if (a.kind() == StreamAction::SAVE_CHECKPOINT) {
+      ++r.offloadedCheckpoints;
+      if (a.unit() >= 0 && a.unit() < p.units_size() && !unitOffloads[size_t(a.unit())]) {
+        unitOffloads[size_t(a.unit())] = true;
+        ++r.offloadedUnits;
+      }
+    }
+    if (isCheckpointCopy(a.kind())) {
+      const int64_t bytes = checkpointCopyBytes(p, a);
+      (a.stream() == StreamAction::H2D ? r.h2dBytesPerPass : r.d2hBytesPerPass) += bytes;
+      if (a.kind() == StreamAction::SAVE_CHECKPOINT) r.checkpointBytesPerPass += bytes;
+    }
     const int64_t copies = transferCopies(a.kind());
     if (copies == 0) continue;
     if (a.unit() < 0 || a.unit() >= p.units_size())
@@ -291,6 +306,12 @@ static void printHostWithSchedule(llvm::raw_ostream &os, const MemoryReport &m, 
   os << "\n  pinned gradient staging: ";
   printBytes(os, s.pinnedStagingBytes);
   os << " (" << s.gradSlots << " slots)";
+  if (s.pinnedCheckpointBytes > 0) {
+    os << "\n  offloaded checkpoints:   ";
+    printBytes(os, s.pinnedCheckpointBytes);
+    os << " (pinned; " << s.offloadedCheckpoints << (s.offloadedCheckpoints == 1 ? " checkpoint" : " checkpoints") << " of the first " << s.offloadedUnits
+       << (s.offloadedUnits == 1 ? " unit" : " units") << ", out after the forward, back before the backward)";
+  }
   os << "\n  step gradients:          ";
   printBytes(os, m.gradientBytes);
   os << gradientsWhy(m);
@@ -302,7 +323,8 @@ static void printHostWithSchedule(llvm::raw_ostream &os, const MemoryReport &m, 
 static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
   os << "\nGPU memory (one allocation; " << s.weightSlots << " weight slots, " << s.gradSlots << " grad slots):\n";
   for (const DeviceCategory &c : s.device) {
-    if (c.kind == DeviceRegion::MOMENT_SLOT && c.regions == 0) continue; // only where AdamW runs on the GPU for streamed units
+    // Only where AdamW runs on the GPU for streamed units, and where checkpoints are offloaded.
+    if ((c.kind == DeviceRegion::MOMENT_SLOT || c.kind == DeviceRegion::LOADED_CHECKPOINT) && c.regions == 0) continue;
     std::string label = std::string(deviceCategoryName(c.kind)) + ":";
     os << "  " << llvm::left_justify(label, 19);
     printBytes(os, c.footprintBytes);
@@ -326,6 +348,10 @@ static void printMoved(llvm::raw_ostream &os, const MemoryReport &m, const Sched
   printBytes(os, s.h2dBytesPerStep);
   os << (s.momentsMove ? "\n  device to host (gradients, weights, moments): " : "\n  device to host (gradients): ");
   printBytes(os, s.d2hBytesPerStep);
+  if (s.checkpointBytesPerPass > 0) {
+    os << "\n  of which offloaded checkpoints, each way: ";
+    printBytes(os, s.checkpointBytesPerPass * m.passesPerStep);
+  }
   os << "\n";
 }
 
@@ -613,6 +639,9 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
     const ScheduleReport &sr = r.schedule;
     llvm::json::Object *host = root.getObject("host_memory");
     (*host)["pinned_staging"] = bytesJson(sr.pinnedStagingBytes);
+    (*host)["pinned_checkpoints"] = bytesJson(sr.pinnedCheckpointBytes);
+    (*host)["offloaded_checkpoints"] = sr.offloadedCheckpoints;
+    (*host)["offloaded_checkpoint_units"] = sr.offloadedUnits;
     (*host)["total"] = bytesJson(sr.hostBytes);
     (*host)["bytes_per_parameter"] = sr.bytesPerParameter;
     root["gpu_memory"] = gpuMemoryJson(sr);

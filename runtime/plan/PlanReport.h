@@ -80,8 +80,15 @@ struct ScheduleReport {
   std::vector<DeviceCategory> device;
   int64_t deviceBytes = 0, gpuBudgetBytes = 0;
   // Host: fp32 master weights, AdamW m and v, the pinned gradient staging
-  // slots, and the step's gradients where they are kept (MemoryReport).
+  // slots, the offloaded checkpoints, and the step's gradients where they
+  // are kept (MemoryReport).
   int64_t pinnedStagingBytes = 0;
+  // Checkpoint offload: the pinned host memory of the offloaded checkpoints,
+  // how many (activation, micro-batch) there are, of how many units, and the
+  // bytes they move each way per pass (in h2d/d2hBytesPerPass too).
+  int64_t pinnedCheckpointBytes = 0;
+  int offloadedCheckpoints = 0, offloadedUnits = 0;
+  int64_t checkpointBytesPerPass = 0;
   int64_t hostBytes = 0;
   double bytesPerParameter = 0;
   // Bytes each way over PCIe: the schedule's PREFETCHes and OFFLOADs, and

@@ -80,6 +80,8 @@ const char *kindClass(int kind) {
   case StreamAction::UPDATE: return "update";
   case StreamAction::FETCH_MOMENTS: return "moments";
   case StreamAction::WRITEBACK: return "writeback";
+  case StreamAction::SAVE_CHECKPOINT: return "ckpt-out";
+  case StreamAction::LOAD_CHECKPOINT: return "ckpt-in";
   default: return "other";
   }
 }
@@ -160,6 +162,7 @@ void Timeline::header() {
          ".backward { fill: #e15759; background: #e15759; } .offload { fill: #f28e2b; background: #f28e2b; }\n"
          ".update { fill: #b07aa1; background: #b07aa1; } .other { fill: #999; background: #999; }\n"
          ".moments { fill: #76b7b2; background: #76b7b2; } .writeback { fill: #9c755f; background: #9c755f; }\n"
+         ".ckpt-out { fill: #edc948; background: #edc948; } .ckpt-in { fill: #ff9da7; background: #ff9da7; }\n"
          "line.grid { stroke: #ddd; } line.axis { stroke: #666; }\n"
          "path.memory { fill: #c6dbef; stroke: #2171b5; stroke-width: 1.5; }\n"
          "line.allocation { stroke: #d62728; stroke-dasharray: 6 4; }\n"
@@ -210,8 +213,9 @@ void Timeline::timeAxis(double y) {
 void Timeline::lanes() {
   os_ << "<h2>streams (one bar per action)</h2>\n<div class=\"legend\">";
   for (int kind : {StreamAction::PREFETCH, StreamAction::FORWARD, StreamAction::BACKWARD, StreamAction::OFFLOAD,
-                   StreamAction::UPDATE, StreamAction::FETCH_MOMENTS, StreamAction::WRITEBACK}) {
-    bool used = kind <= StreamAction::UPDATE; // the moment copies only where a schedule has them
+                   StreamAction::UPDATE, StreamAction::FETCH_MOMENTS, StreamAction::WRITEBACK, StreamAction::SAVE_CHECKPOINT,
+                   StreamAction::LOAD_CHECKPOINT}) {
+    bool used = kind <= StreamAction::UPDATE; // the moment and checkpoint copies only where a schedule has them
     for (const StreamAction &a : p_.schedule().actions()) used |= a.kind() == kind;
     if (used) os_ << "<span><i class=\"" << kindClass(kind) << "\"></i>" << kindClass(kind) << "</span>";
   }

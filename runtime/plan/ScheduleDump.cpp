@@ -24,6 +24,8 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
     os << "micro-batches per pass: " << passMicroBatches(s) << " (each unit streams once a pass; mb<k>: which)\n";
   os << "slot bytes: weight " << s.weight_slot_bytes() << ", grad " << s.grad_slot_bytes() << "; pinned staging "
      << s.pinned_staging_bytes() << "\n";
+  if (s.pinned_checkpoint_bytes() > 0)
+    os << "pinned checkpoint bytes: " << s.pinned_checkpoint_bytes() << " (the offloaded checkpoints, each at its copies' host offset)\n";
   os << "device bytes: " << s.device_bytes() << " (budget " << s.gpu_budget_bytes() << ")\n";
   os << "arenas (bytes; the sum of their buffers; the peak bytes live):\n";
   for (const Template &t : p.templates()) {
@@ -42,7 +44,7 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
   for (const DeviceRegion &r : s.regions()) {
     os << "  " << regionKindName(r.kind()) << " " << r.index();
     bool isActivation = r.kind() == DeviceRegion::CHECKPOINT || r.kind() == DeviceRegion::ACTIVATION_GRAD ||
-                        r.kind() == DeviceRegion::DATA;
+                        r.kind() == DeviceRegion::DATA || r.kind() == DeviceRegion::LOADED_CHECKPOINT;
     if (isActivation && r.index() >= 0 && r.index() < p.activations_size())
       os << " '" << p.activations(r.index()).name() << "'";
     if ((r.kind() == DeviceRegion::SAVED || r.kind() == DeviceRegion::RESIDENT) && r.index() >= 0 && r.index() < p.units_size())
@@ -55,7 +57,9 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
   for (int i = 0; i < s.actions_size(); ++i) {
     const StreamAction &a = s.actions(i);
     os << "  " << i << ": " << actionKindName(a.kind()) << " " << unitName(a.unit());
-    if (passMicroBatches(s) > 1 && (a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD))
+    if (isCheckpointCopy(a.kind()) && a.activation() >= 0 && a.activation() < p.activations_size())
+      os << " '" << p.activations(a.activation()).name() << "'";
+    if (passMicroBatches(s) > 1 && (a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD || isCheckpointCopy(a.kind())))
       os << " mb" << a.micro_batch();
     os << " on " << streamName(a.stream());
     if ((a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD) && keepsActivations(p, a.unit()))
@@ -70,6 +74,7 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
     if (a.kind() == StreamAction::FETCH_MOMENTS || a.kind() == StreamAction::WRITEBACK ||
         (gpuUpdate && a.weight_slot() >= 0))
       os << " m" << a.weight_slot(); // the moment slot beside the weight slot
+    if (isCheckpointCopy(a.kind())) os << " host+" << a.host_offset();
     os << ", waits";
     printEvents(s, a.waits(), os);
     os << ", records";

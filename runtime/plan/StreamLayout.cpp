@@ -302,6 +302,20 @@ bool parseSlotEventName(llvm::StringRef name, char &slotKind, int &slot, bool &r
   return true;
 }
 
+std::string checkpointEventName(int j, llvm::StringRef what) { return "c" + std::to_string(j) + "." + what.str(); }
+
+std::set<std::pair<int, int>> loadedCheckpoints(const StreamSchedule &s) {
+  std::set<std::pair<int, int>> out;
+  for (const StreamAction &a : s.actions())
+    if (a.kind() == StreamAction::LOAD_CHECKPOINT) out.insert({a.activation(), a.micro_batch()});
+  return out;
+}
+
+int64_t checkpointCopyBytes(const Plan &p, const StreamAction &a) {
+  if (!isCheckpointCopy(a.kind()) || a.activation() < 0 || a.activation() >= p.activations_size()) return 0;
+  return std::max<int64_t>(0, typeBytes(p.activations(a.activation()).type()));
+}
+
 const char *regionKindName(DeviceRegion::Kind k) {
   switch (k) {
   case DeviceRegion::WEIGHT_SLOT: return "WEIGHT_SLOT";
@@ -315,6 +329,7 @@ const char *regionKindName(DeviceRegion::Kind k) {
   case DeviceRegion::SAVED: return "SAVED";
   case DeviceRegion::RESIDENT: return "RESIDENT";
   case DeviceRegion::MOMENT_SLOT: return "MOMENT_SLOT";
+  case DeviceRegion::LOADED_CHECKPOINT: return "LOADED_CHECKPOINT";
   default: return "UNKNOWN_REGION";
   }
 }
@@ -328,6 +343,8 @@ const char *actionKindName(StreamAction::Kind k) {
   case StreamAction::UPDATE: return "UPDATE";
   case StreamAction::FETCH_MOMENTS: return "FETCH_MOMENTS";
   case StreamAction::WRITEBACK: return "WRITEBACK";
+  case StreamAction::SAVE_CHECKPOINT: return "SAVE_CHECKPOINT";
+  case StreamAction::LOAD_CHECKPOINT: return "LOAD_CHECKPOINT";
   default: return "UNKNOWN_ACTION";
   }
 }

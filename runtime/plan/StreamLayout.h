@@ -8,6 +8,7 @@
 #include "runtime/plan/PlanIO.h"
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -183,8 +184,21 @@ llvm::Error checkPassMicroBatches(const StreamSchedule &s);
 // Whether a region is one per micro-batch of the pass (DeviceRegion.micro_batch).
 inline bool perMicroBatch(DeviceRegion::Kind k) {
   return k == DeviceRegion::CHECKPOINT || k == DeviceRegion::ACTIVATION_GRAD || k == DeviceRegion::DATA ||
-         k == DeviceRegion::SAVED;
+         k == DeviceRegion::SAVED || k == DeviceRegion::LOADED_CHECKPOINT;
 }
+// Checkpoint offload (plan.proto's StreamSchedule.pinned_checkpoint_bytes):
+// the copies of an offloaded checkpoint, out after its forward and back
+// before its backward.
+inline bool isCheckpointCopy(StreamAction::Kind k) {
+  return k == StreamAction::SAVE_CHECKPOINT || k == StreamAction::LOAD_CHECKPOINT;
+}
+// "c<j>.written", "c<j>.saved", "c<j>.clear", "c<j>.loaded": the events of the j-th offloaded checkpoint.
+std::string checkpointEventName(int j, llvm::StringRef what);
+// The (activation, micro-batch) checkpoints a LOAD_CHECKPOINT brings back:
+// their BACKWARD readers read the LOADED_CHECKPOINT region, not CHECKPOINT.
+std::set<std::pair<int, int>> loadedCheckpoints(const StreamSchedule &s);
+// The bytes a SAVE_CHECKPOINT or LOAD_CHECKPOINT copies (its activation's); 0 for other actions.
+int64_t checkpointCopyBytes(const Plan &p, const StreamAction &a);
 // Whether a step keeps its gradients on the host until its end: with a clip
 // (the global norm first) or more than one pass (grad_accum over micro_batches).
 bool stepKeepsGradients(const Plan &p);

@@ -18,6 +18,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <tuple>
 
 namespace megac::stream {
@@ -95,6 +96,9 @@ private:
   llvm::Error checkMomentAction(int i, const plan::StreamAction &a) const;
   llvm::Error fetchMoments(int i, const plan::StreamAction &a);
   llvm::Error writeback(int i, const plan::StreamAction &a);
+  // An offloaded checkpoint out to the host's copy, and back into its LOADED_CHECKPOINT region.
+  llvm::Error saveCheckpoint(int i, const plan::StreamAction &a);
+  llvm::Error loadCheckpoint(int i, const plan::StreamAction &a);
   bool onGpu(int u) const { return plan::adamwOnGpu(plan_.units(u)); }
 
   std::string actionText(int i) const;
@@ -109,8 +113,10 @@ private:
   // One host array's slice of unit u (its parameters at their host offsets)
   // to or from `dev`, where the unit's slot layout starts.
   void copyUnit(int u, std::vector<float> &host, uint8_t *dev, bool toDevice);
-  // An activation's bytes: its DATA or CHECKPOINT region, the fill that wrote it.
-  llvm::Expected<Tensor> activationView(int i, int32_t act, int microBatch, bool checkFilled);
+  // An activation's bytes: its DATA or CHECKPOINT region, the fill that
+  // wrote it; for a BACKWARD (`backward`) an offloaded checkpoint's
+  // LOADED_CHECKPOINT region.
+  llvm::Expected<Tensor> activationView(int i, int32_t act, int microBatch, bool checkFilled, bool backward = false);
   Tensor viewOf(uint8_t *at, const plan::TensorType &t) const {
     return Tensor::view(DType(int(t.dtype())), Shape(t.shape().begin(), t.shape().end()), at);
   }
@@ -132,10 +138,16 @@ private:
   std::vector<std::vector<std::pair<int, int>>> users_;
   bool anyResident_ = false, hostNewer_ = true, deviceNewer_ = false;
 
-  ShadowMemory shadow_, stagingShadow_;
+  ShadowMemory shadow_, stagingShadow_, checkpointShadow_;
   int64_t nextStamp_ = 0, pass_ = 0;
   std::vector<Fill> weightSlot_, gradSlot_, stagingSlot_, resident_, momentSlot_;
   std::vector<Fill> activation_, activationGrad_, saved_; // per (activation or unit, micro-batch): at()
+  // Checkpoint offload: the pinned host copies (at the actions' host
+  // offsets), the checkpoints brought back, and per (activation,
+  // micro-batch) what last wrote its host copy and its LOADED_CHECKPOINT region.
+  std::vector<uint8_t> hostCheckpoints_;
+  std::set<std::pair<int, int>> loadedCheckpoints_;
+  std::vector<Fill> hostCopy_, loaded_;
 
   // Each pass (micro-batch) whose actions have not all run: with
   // overlapping steps, a step's CPU UPDATEs run on into the next passes.
@@ -180,7 +192,10 @@ std::string StreamExecutor::actionText(int i) const {
   const plan::StreamAction &a = s_->actions(i);
   std::string t = "action " + std::to_string(i) + " (" + plan::actionKindName(a.kind()) + " of '" +
                   plan_.units(a.unit()).name() + "'";
-  if (M_ > 1 && (a.kind() == plan::StreamAction::FORWARD || a.kind() == plan::StreamAction::BACKWARD))
+  if (plan::isCheckpointCopy(a.kind()) && a.activation() >= 0 && a.activation() < plan_.activations_size())
+    t += ", '" + plan_.activations(a.activation()).name() + "'";
+  if (M_ > 1 && (a.kind() == plan::StreamAction::FORWARD || a.kind() == plan::StreamAction::BACKWARD ||
+                 plan::isCheckpointCopy(a.kind())))
     t += ", micro-batch " + std::to_string(a.micro_batch());
   if (a.weight_slot() >= 0) t += ", weight slot " + std::to_string(a.weight_slot());
   if (a.grad_slot() >= 0) t += ", grad slot " + std::to_string(a.grad_slot());
@@ -264,6 +279,19 @@ llvm::Error StreamExecutor::init() {
   activation_.assign(size_t(A) * size_t(M_), {});
   activationGrad_ = activation_;
   saved_.assign(size_t(plan_.units_size()) * size_t(M_), {});
+  hostCopy_ = loaded_ = activation_;
+  loadedCheckpoints_ = plan::loadedCheckpoints(s);
+  for (const plan::StreamAction &a : s.actions()) {
+    if (!plan::isCheckpointCopy(a.kind())) continue;
+    if (a.activation() < 0 || a.activation() >= A || a.micro_batch() < 0 || a.micro_batch() >= M_ ||
+        !plan::blockWithin(a.host_offset(), plan::checkpointCopyBytes(plan_, a), s.pinned_checkpoint_bytes()))
+      return err("the plan's schedule copies a checkpoint that does not exist, or outside its pinned checkpoint memory");
+  }
+  try {
+    hostCheckpoints_.assign(size_t(std::max<int64_t>(s.pinned_checkpoint_bytes(), 0)), 0);
+  } catch (const std::bad_alloc &) {
+    return err("cannot allocate the " + llvm::Twine(s.pinned_checkpoint_bytes()) + " bytes of the plan's offloaded checkpoints");
+  }
   resident_.assign(size_t(plan_.units_size()), {});
   sim_ = std::make_unique<StreamSimulation>(s);
   return llvm::Error::success();
@@ -379,17 +407,49 @@ void StreamExecutor::syncHostState(bool callerWrites) {
   hostNewer_ |= callerWrites;
 }
 
-llvm::Expected<Tensor> StreamExecutor::activationView(int i, int32_t act, int mb, bool checkFilled) {
+llvm::Expected<Tensor> StreamExecutor::activationView(int i, int32_t act, int mb, bool checkFilled, bool backward) {
   const plan::Activation &a = plan_.activations(act);
   const int64_t bytes = plan::typeBytes(a.type());
-  const auto kind = producer_[size_t(act)] < 0 ? plan::DeviceRegion::DATA : plan::DeviceRegion::CHECKPOINT;
+  const bool loaded = backward && loadedCheckpoints_.count({act, mb});
+  const auto kind = producer_[size_t(act)] < 0 ? plan::DeviceRegion::DATA
+                    : loaded                  ? plan::DeviceRegion::LOADED_CHECKPOINT
+                                              : plan::DeviceRegion::CHECKPOINT;
   int64_t off = 0;
   auto p = region(kind, act, bytes, &off, mb);
   if (!p) return p.takeError();
   if (checkFilled)
-    if (auto e = expect(i, activation_[at(act, mb)], "activation '" + a.name() + "'", -1, off, bytes, shadow_))
+    if (auto e = expect(i, (loaded ? loaded_ : activation_)[at(act, mb)],
+                        loaded ? "activation '" + a.name() + "' brought back" : "activation '" + a.name() + "'", -1, off, bytes, shadow_))
       return std::move(e);
   return viewOf(*p, a.type());
+}
+
+llvm::Error StreamExecutor::saveCheckpoint(int i, const plan::StreamAction &a) {
+  const int act = a.activation(), mb = a.micro_batch();
+  const plan::Activation &ac = plan_.activations(act);
+  const int64_t bytes = plan::typeBytes(ac.type());
+  if (producer_[size_t(act)] != a.unit()) return err("schedule: " + actionText(i) + ": the unit does not write the activation");
+  int64_t off = 0;
+  auto p = region(plan::DeviceRegion::CHECKPOINT, act, bytes, &off, mb);
+  if (!p) return p.takeError();
+  if (auto e = expect(i, activation_[at(act, mb)], "activation '" + ac.name() + "'", -1, off, bytes, shadow_)) return e;
+  std::memcpy(hostCheckpoints_.data() + a.host_offset(), *p, size_t(bytes));
+  hostCopy_[at(act, mb)] = fill(i, -1, a.host_offset(), bytes, checkpointShadow_, "the host's copy of '" + ac.name() + "'");
+  return llvm::Error::success();
+}
+
+llvm::Error StreamExecutor::loadCheckpoint(int i, const plan::StreamAction &a) {
+  const int act = a.activation(), mb = a.micro_batch();
+  const plan::Activation &ac = plan_.activations(act);
+  const int64_t bytes = plan::typeBytes(ac.type());
+  if (auto e = expect(i, hostCopy_[at(act, mb)], "the host's copy of '" + ac.name() + "'", -1, a.host_offset(), bytes, checkpointShadow_))
+    return e;
+  int64_t off = 0;
+  auto p = region(plan::DeviceRegion::LOADED_CHECKPOINT, act, bytes, &off, mb);
+  if (!p) return p.takeError();
+  std::memcpy(*p, hostCheckpoints_.data() + a.host_offset(), size_t(bytes));
+  loaded_[at(act, mb)] = fill(i, -1, off, bytes, shadow_, "activation '" + ac.name() + "' brought back");
+  return llvm::Error::success();
 }
 
 llvm::Error StreamExecutor::prefetch(int i, const plan::StreamAction &a) {
@@ -433,7 +493,7 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
   const bool lastMb = mb == M_ - 1;
 
   for (int32_t act : unit.activation_inputs()) {
-    auto v = activationView(i, act, mb, true);
+    auto v = activationView(i, act, mb, true, !fwd);
     if (!v) return v.takeError();
     args.push_back(*v);
   }
@@ -790,6 +850,8 @@ llvm::Error StreamExecutor::execute(int i) {
   case plan::StreamAction::UPDATE: return update(i, a);
   case plan::StreamAction::FETCH_MOMENTS: return fetchMoments(i, a);
   case plan::StreamAction::WRITEBACK: return writeback(i, a);
+  case plan::StreamAction::SAVE_CHECKPOINT: return saveCheckpoint(i, a);
+  case plan::StreamAction::LOAD_CHECKPOINT: return loadCheckpoint(i, a);
   default: return err("schedule: action " + llvm::Twine(i) + " has an unknown kind");
   }
 }

@@ -55,6 +55,7 @@ llvm::Expected<HostBill> hostBill(const plan::Plan &p) {
   h.adamMoments = r->memory.adamMomentBytes;
   h.gradients = r->memory.gradientBytes;
   h.pinnedStaging = p.schedule().pinned_staging_bytes();
+  h.pinnedCheckpoints = p.schedule().pinned_checkpoint_bytes();
   return h;
 }
 
@@ -81,12 +82,15 @@ llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem, int64
   os << "): fp32 master weights " << gib(bill->masterWeights) << ", AdamW moments " << gib(bill->adamMoments);
   if (bill->gradients) os << ", step gradients " << gib(bill->gradients) << " (--clip or --grad-accum)";
   if (bill->pinnedStaging) os << ", pinned gradient staging " << gib(bill->pinnedStaging);
+  if (bill->pinnedCheckpoints)
+    os << ", offloaded checkpoints " << gib(bill->pinnedCheckpoints) << " (--offload-checkpoints; they grow with batch x seq)";
   if (bill->simulatedDevice)
     os << ", the plan's GPU memory simulated by the CPU backend " << gib(bill->simulatedDevice)
        << " (--cpu-direct runs without it; a smaller --gpu-mem or --resident-units 0 shrinks it)";
   os << ". Nothing was allocated. The bill is the model's parameters (12 bytes each";
   if (bill->gradients) os << ", 16 with --clip or --grad-accum";
-  os << "), whatever the batch or seq: run on a machine with more memory, or train fewer parameters (--frozen)";
+  os << ")" << (bill->pinnedCheckpoints ? " and the offloaded checkpoints" : ", whatever the batch or seq")
+     << ": run on a machine with more memory, or train fewer parameters (--frozen)";
   os.flush();
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg);
 }

@@ -23,14 +23,15 @@ struct HostMemory {
 HostMemory readHostMemory();
 
 // The host bytes the plan's run allocates: fp32 master weights, AdamW m and
-// v, the step's gradients where it keeps them, the pinned staging, and on
-// the CPU stream executor the plan's GPU memory, simulated in host memory.
+// v, the step's gradients where it keeps them, the pinned staging, the
+// offloaded checkpoints, and on the CPU stream executor the plan's GPU
+// memory, simulated in host memory.
 struct HostBill {
-  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0, simulatedDevice = 0;
+  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0, pinnedCheckpoints = 0, simulatedDevice = 0;
   // Saturating: an unchecked plan's sizes may be anything (the bill is read before the checker runs).
   int64_t total() const {
     int64_t t = 0;
-    for (int64_t part : {masterWeights, adamMoments, gradients, pinnedStaging, simulatedDevice})
+    for (int64_t part : {masterWeights, adamMoments, gradients, pinnedStaging, pinnedCheckpoints, simulatedDevice})
       if (__builtin_add_overflow(t, part, &t)) return INT64_MAX;
     return t;
   }

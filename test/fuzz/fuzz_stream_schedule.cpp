@@ -7,7 +7,8 @@
 // stay the compiled ones, so what is fuzzed is the schedule's handling: the
 // executor must answer any schedule with a step or an error, never a crash,
 // an out-of-bounds access or a hang. Seeds: the fixture's schedule and its
-// variants with more weight slots and with 2 micro-batches a pass (make_seeds.py).
+// variants with more weight slots, with 2 micro-batches a pass and with its
+// checkpoints offloaded (make_seeds.py).
 #include "FuzzUtil.h"
 #include "ProtoMutator.h"
 
@@ -67,7 +68,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // What one step walks is the schedule's to claim, as a plan file's is: a
   // schedule past these sizes is a large plan, not a parser's input.
   if (s.actions_size() > 256 || s.events_size() > 256 || s.regions_size() > 256 || s.device_bytes() > (int64_t(1) << 28) ||
-      s.grad_slot_bytes() > (int64_t(1) << 24) || s.weight_slots() > 64 || s.grad_slots() > 64)
+      s.grad_slot_bytes() > (int64_t(1) << 24) || s.weight_slots() > 64 || s.grad_slots() > 64 ||
+      s.pinned_checkpoint_bytes() > (int64_t(1) << 24))
     return 0;
   // As many micro-batches a step as the schedule carries a pass (layer-major
   // accumulation), compiled so: one pass a step.

@@ -127,13 +127,16 @@ SCHEDULE_FLAGS = [  # the target's plan streams every unit, steps embed and laye
     # layer-major accumulation: 2 micro-batches a pass (the target compiles the plan for as many)
     ("llama_mb2", ["--resident-units", "0", "--gpu-adamw-units", "2", "--weight-slots", "2", "--grad-accum", "2",
                    "--micro-batches-per-pass", "2"]),
+    # checkpoint offload: every checkpoint that can leave (SAVE_CHECKPOINT, LOAD_CHECKPOINT, LOADED_CHECKPOINT regions)
+    ("llama_offload", ["--resident-units", "0", "--gpu-adamw-units", "2", "--weight-slots", "2",
+                       "--offload-checkpoints", "all"]),
 ]
 
 
 def schedule_seeds(megac, pb, tmp):
     """The llama fixture's StreamSchedule at batch 2 x seq 16, fp32, every unit streamed, embed and
-    layer.0 stepped on the GPU (the plan fuzz_stream_schedule builds), with 2, 3 and 4 weight slots, and
-    with 2 micro-batches a pass."""
+    layer.0 stepped on the GPU (the plan fuzz_stream_schedule builds), with 2, 3 and 4 weight slots,
+    with 2 micro-batches a pass, and with its checkpoints offloaded."""
     out = fresh(os.path.join(CORPUS, "schedule"))
     for name, flags in SCHEDULE_FLAGS:
         p = os.path.join(tmp, name + ".plan")

@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <climits>
 #include <cstring>
 #include <string>
 
@@ -360,5 +361,43 @@ TEST(GpuLayerMajor, OnePassGivesThePassesNumbers) {
     for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5) << "loss " << i;
     for (const plan::Parameter &q : plans[0].parameters())
       EXPECT_LT(paramError(state[1].params, state[0].params, q), 1e-4) << q.name();
+  }
+}
+
+// Checkpoint offload: the checkpoints that leave the GPU after their
+// forward and come back before their backward (SAVE_CHECKPOINT,
+// LOAD_CHECKPOINT on the copy streams) give the same numbers, bit for bit,
+// as the same plan keeping them on the GPU, with and without layer-major
+// accumulation; evaluation (forward only, no copies) too.
+TEST(GpuCheckpointOffload, GivesThePlanWithoutItsNumbers) {
+  struct Variant {
+    const char *model;
+    int accum, perPass;
+  };
+  for (const Variant &v : {Variant{"llama", 1, 1}, Variant{"llama_small", 1, 1}, Variant{"llama", 2, 2}}) {
+    SCOPED_TRACE(std::string(v.model) + ", " + std::to_string(v.accum) + " micro-batches a pass");
+    std::vector<double> losses[2];
+    runtime::HostState state[2];
+    for (int offload = 0; offload < 2; ++offload) {
+      plan::Plan p = compileFixturePlan(v.model, "fp32", codegen::Recompute::All, 16, 0, 0, 0, true, v.accum, v.perPass,
+                                        offload ? INT_MAX : 0);
+      ASSERT_EQ(p.schedule().pinned_checkpoint_bytes() > 0, bool(offload));
+      const auto mbs = fixtureMicroBatches(v.model, p.ignore_index(), v.accum);
+      auto gpu = gpuTrainer(p);
+      ASSERT_TRUE(gpu);
+      for (int s = 0; s < 3; ++s) {
+        auto st = gpu->step(mbs, 1e-2f);
+        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+        losses[offload].push_back(st->loss);
+      }
+      auto l = gpu->evalLoss(mbs[0].first, mbs[0].second);
+      ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
+      losses[offload].push_back(*l);
+      state[offload] = gpu->currentState();
+    }
+    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
+    EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
+    EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
+    EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
   }
 }

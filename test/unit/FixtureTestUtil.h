@@ -127,7 +127,8 @@ inline void expectSameValuesOnRandomInputs(ir::Graph &before, ir::Graph &after, 
 inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16",
                                      codegen::Recompute recompute = codegen::Recompute::All, int64_t seq = 16,
                                      int residentUnits = 0, float clip = 0, int gpuAdamwUnits = 0,
-                                     bool overlapSteps = true, int gradAccum = 1, int microBatchesPerPass = 1) {
+                                     bool overlapSteps = true, int gradAccum = 1, int microBatchesPerPass = 1,
+                                     int offloadCheckpoints = 0) {
   frontend::ImportOptions io;
   io.batch = 2;
   io.seq = seq;
@@ -138,6 +139,7 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
   co.schedule.gpuAdamwUnits = gpuAdamwUnits;
   co.schedule.overlapSteps = overlapSteps;
   co.schedule.microBatches = microBatchesPerPass;
+  co.schedule.offloadCheckpoints = offloadCheckpoints;
   plan::Optimizer &o = co.optimizer;
   o.set_clip(clip);
   o.set_lr(1e-2f);

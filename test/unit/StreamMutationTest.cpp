@@ -12,6 +12,7 @@
 #include "runtime/plan/PlanChecker.h"
 #include "runtime/plan/StreamLayout.h"
 
+#include <climits>
 #include <functional>
 #include <iostream>
 
@@ -360,6 +361,40 @@ TEST(StreamMutation, EveryLayerMajorMutationIsCaught) {
        true, true},
   };
   runMutations(b, mutations, 1);
+  int seeds = 0;
+  EXPECT_EQ(checker(b), "");
+  EXPECT_EQ(executor(b, &seeds, 3), "");
+}
+
+// Checkpoint offload (every llama checkpoint that can leave: embed's output
+// 'embedding', c0, and layer.0's 'add_429', c1): each copy waits for what it
+// reads, the compute stream for what the copies must finish first.
+TEST(StreamMutation, EveryCheckpointOffloadMutationIsCaught) {
+  static plan::Plan b = compileFixturePlan("llama", "fp32", codegen::Recompute::All, 16, 0, 0, 0, true, 1, 1, INT_MAX);
+  ASSERT_EQ(b.schedule().pinned_checkpoint_bytes(), 2 * 8192);
+  using A = plan::StreamAction;
+  const Mutation mutations[] = {
+      {"SAVE_CHECKPOINT: embedding's without c0.written (it may copy before embed's FORWARD wrote it)",
+       [](plan::Plan &p) { removeWait(p, action(p, A::SAVE_CHECKPOINT, "embed"), "c0.written"); }, true, true},
+      // Only the checker: no region of this small plan reuses embedding's
+      // bytes before they come back, so no interleaving reads a wrong value.
+      {"FORWARD: layer.1's without c0.saved (the checkpoint's bytes free before its copy out)",
+       [](plan::Plan &p) { removeWait(p, action(p, A::FORWARD, "layer.1"), "c0.saved"); }, true, false},
+      {"LOAD_CHECKPOINT: add_429's without c1.clear (its bytes may still be read)",
+       [](plan::Plan &p) { removeWait(p, action(p, A::LOAD_CHECKPOINT, "layer.0"), "c1.clear"); }, true, true},
+      {"BACKWARD: layer.1's without c1.loaded (it may read add_429 before it is back)",
+       [](plan::Plan &p) { removeWait(p, action(p, A::BACKWARD, "layer.1"), "c1.loaded"); }, true, true},
+      {"LOAD_CHECKPOINT: add_429's from embedding's host bytes",
+       [](plan::Plan &p) { action(p, A::LOAD_CHECKPOINT, "layer.0").set_host_offset(action(p, A::SAVE_CHECKPOINT, "embed").host_offset()); },
+       true, true},
+      {"region: add_429 brought back on embedding's (both live in layer.1's BACKWARD)",
+       [](plan::Plan &p) {
+         region(p, R::LOADED_CHECKPOINT, activation(p, "add_429"))
+             .set_offset(region(p, R::LOADED_CHECKPOINT, activation(p, "embedding")).offset());
+       },
+       true, true},
+  };
+  runMutations(b, mutations, 3);
   int seeds = 0;
   EXPECT_EQ(checker(b), "");
   EXPECT_EQ(executor(b, &seeds, 3), "");

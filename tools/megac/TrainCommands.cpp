@@ -3,6 +3,7 @@
 // megac train MODEL.onnx --batch B --seq S ... (compile and run in one)
 #include "driver/Compile.h"
 #include "codegen/GpuAdamwPolicy.h"
+#include "codegen/CheckpointOffloadPolicy.h"
 #include "codegen/MicroBatchPolicy.h"
 #include "codegen/WeightSlotsPolicy.h"
 #include "codegen/RecomputePolicy.h"
@@ -67,8 +68,8 @@ static cl::opt<std::string> ResidentUnits(
 static cl::opt<bool> Stats("stats", cl::desc("Print what the compile read and evaluated (attention masks)"),
                            cl::sub(compileCmd()));
 static cl::opt<bool> LongestSeqFlag("longest-seq",
-                                    cl::desc("Also report the longest seq that fits the GPU budget at batch 1 "
-                                             "(compiles at seq 64 and 128 estimate it, one at it confirms)"),
+                                    cl::desc("Also report the longest seq that fits the GPU budget (and --host-mem) "
+                                             "at batch 1 (compiles at seq 64 and 128 estimate it, one at it confirms)"),
                                     cl::sub(compileCmd()));
 static cl::opt<std::string> GpuAdamwUnits(
     "gpu-adamw-units",
@@ -89,6 +90,13 @@ static cl::opt<std::string> MicroBatchesPerPass(
              "once per pass and its gradients are summed on the GPU (a divisor of N; auto (default): the most whose "
              "per-micro-batch checkpoints fit the GPU budget)"),
     cl::init("auto"), cl::value_desc("M|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> OffloadCheckpoints(
+    "offload-checkpoints",
+    cl::desc("The first N units whose layer-boundary checkpoints go to pinned host memory after their forward and "
+             "come back (prefetched, overlapped with compute) before their backward; the last units' never leave "
+             "(auto (default): none where the plan fits the GPU budget, else the fewest that make it fit; all: every "
+             "unit's that can)"),
+    cl::init("auto"), cl::value_desc("N|auto|all"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()),
                                         cl::sub(runCmd()));
@@ -307,6 +315,9 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   auto perPass = codegen::parseMicroBatchesPerPass(MicroBatchesPerPass);
   if (!perPass) return perPass.takeError();
   so.microBatches = *perPass;
+  auto offload = codegen::parseOffloadCheckpoints(OffloadCheckpoints);
+  if (!offload) return offload.takeError();
+  so.offloadCheckpoints = *offload;
   if (OverlapSteps != "on" && OverlapSteps != "off")
     return flagError("--overlap-steps must be on or off, not '" + OverlapSteps + "'");
   so.overlapSteps = OverlapSteps == "on";
@@ -382,8 +393,11 @@ int runCompile() {
     else
       llvm::outs() << l->seq << " (GPU " << llvm::format("%.2f", double(l->deviceBytes) / gib) << " of "
                    << llvm::format("%.2f", double(in->co.schedule.gpuBudgetBytes) / gib) << " GiB, "
-                   << l->bytesPerToken << " bytes a token; " << l->compiles
-                   << " compiles); the host bill does not depend on seq\n";
+                   << l->bytesPerToken << " bytes a token; " << l->compiles << " compiles)";
+    if (l->seq && l->pinnedCheckpointBytes)
+      llvm::outs() << ", with " << llvm::format("%.2f", double(l->pinnedCheckpointBytes) / gib)
+                   << " GiB of checkpoints offloaded to pinned host memory";
+    if (l->seq) llvm::outs() << "\n";
   }
   llvm::outs() << "wrote " << PlanOut << "\n";
   return 0;
