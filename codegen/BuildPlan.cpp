@@ -12,6 +12,7 @@
 #include "llvm/Support/Path.h"
 
 #include <map>
+#include <optional>
 #include <set>
 
 namespace megac::codegen {
@@ -307,7 +308,16 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
       passes::markUnusedOpsDead(bg, results);
       std::vector<ValueId> bwdArgs = fwdArgs;
       bwdArgs.insert(bwdArgs.end(), seeds.begin(), seeds.end());
-      auto bwd = toProgram(bg, bwdArgs, results);
+      // A block run over chunks of the sequence (chunk-sequence) is
+      // recomputed a chunk at a time, each right before its gradients (on a
+      // copy: the keep programs below read the ops in autodiff's order).
+      std::optional<Graph> sunk;
+      for (size_t i = 0; i < numForwardOps && !sunk; ++i)
+        if (!bg.ops[i].dead && bg.ops[i].attrs.has("megac.chunk")) {
+          sunk.emplace(bg);
+          passes::sinkChunkRecomputation(*sunk, numForwardOps);
+        }
+      auto bwd = toProgram(sunk ? *sunk : bg, bwdArgs, results);
       if (!bwd) return bwd.takeError();
       *t->mutable_backward() = std::move(*bwd);
       if (auto e = addKeepPrograms({&forwardGraph, &bg, numForwardOps, fwdArgs, ug.actOut, bwdArgs, results}, *t))

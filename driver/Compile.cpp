@@ -8,6 +8,7 @@
 #include "codegen/ResidentPolicy.h"
 #include "codegen/WeightSlotsPolicy.h"
 #include "runtime/plan/PlanChecker.h"
+#include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
 #include <climits>
@@ -24,7 +25,7 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   if (!g) return g.takeError();
   std::vector<std::string> pipeline = passes::importPipeline();
   for (const std::string &p : passes::lossPipeline(passOpts)) pipeline.push_back(p);
-  for (const char *p : {"partition-units", "verify"}) pipeline.push_back(p);
+  for (const char *p : {"partition-units", "chunk-sequence", "verify"}) pipeline.push_back(p);
   if (auto e = passes::runPipeline(**g, pipeline, passOpts)) return std::move(e);
   CodegenOptions opts = co;
   opts.modelPath = modelPath;
@@ -63,6 +64,12 @@ static CodegenOptions leastPerToken(CodegenOptions co) {
   if (co.schedule.offloadCheckpoints != 0) co.schedule.offloadCheckpoints = INT_MAX;
   return co;
 }
+// And the MLP blocks in chunks of one token at a short `seq`, where the flags
+// allow chunking: the per-token slope of many chunks at a long one.
+static passes::PassOptions leastPerToken(passes::PassOptions po, int64_t seq) {
+  if (po.sequenceChunks != 1) po.sequenceChunks = seq;
+  return po;
+}
 
 static frontend::ImportOptions atShape(frontend::ImportOptions io, int64_t batch, int64_t seq) {
   io.batch = batch;
@@ -99,8 +106,8 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
   const double maxTokens = double(int64_t(1) << kMaxTokensLog2);
   if (tokens <= double(kCheckTokensAbove)) return llvm::Error::success();
   const int64_t s0 = std::min<int64_t>(S, 64);
-  auto p1 = compilePlan(modelPath, atShape(import, 1, s0), passOpts, leastPerToken(co));
-  auto p2 = compilePlan(modelPath, atShape(import, 2, s0), passOpts, leastPerToken(co));
+  auto p1 = compilePlan(modelPath, atShape(import, 1, s0), leastPerToken(passOpts, s0), leastPerToken(co));
+  auto p2 = compilePlan(modelPath, atShape(import, 2, s0), leastPerToken(passOpts, s0), leastPerToken(co));
   if (!p1 || !p2) { // the compile at the real shape reports what is wrong
     if (!p1) llvm::consumeError(p1.takeError());
     if (!p2) llvm::consumeError(p2.takeError());
@@ -131,10 +138,30 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
                                      std::to_string(B) + ": at most " + std::to_string(std::min(most(B), S - 1)));
 }
 
+// --seq-chunks auto (sequenceChunks < 0): whole where the plan fits the GPU
+// budget, else the fewest of 2, 4, 8, ... (dividing seq, chunks of 64
+// tokens or more) that make it fit, or the most where none does.
+static llvm::Expected<plan::Plan> compileChunked(const std::string &modelPath, const frontend::ImportOptions &import,
+                                                 passes::PassOptions passOpts, const CodegenOptions &co) {
+  const bool autoChunks = passOpts.sequenceChunks < 0;
+  if (autoChunks) passOpts.sequenceChunks = 1;
+  auto plan = compilePlan(modelPath, import, passOpts, co);
+  if (!plan || !autoChunks) return plan;
+  for (int64_t k = 2; plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes() && import.seq % k == 0 &&
+                      import.seq / k >= 64;
+       k *= 2) {
+    passOpts.sequenceChunks = k;
+    auto chunked = compilePlan(modelPath, import, passOpts, co);
+    if (!chunked) return chunked.takeError();
+    plan = std::move(chunked);
+  }
+  return plan;
+}
+
 llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, const frontend::ImportOptions &import,
                                               const passes::PassOptions &passOpts, const CodegenOptions &co) {
   if (auto e = checkTokensFit(modelPath, import, passOpts, co)) return std::move(e);
-  auto plan = compilePlan(modelPath, import, passOpts, co);
+  auto plan = compileChunked(modelPath, import, passOpts, co);
   if (!plan) return plan.takeError();
   if (plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes())
     return overBudgetError(*plan, [&](int64_t batch, int64_t seq) -> llvm::Expected<int64_t> {
@@ -159,11 +186,14 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   // must also fit --host-mem where it is given (offloaded checkpoints take
   // pinned host memory).
   bool hostFits = true;
+  const int64_t s0 = 64, budget = co.schedule.gpuBudgetBytes;
   auto bytesAt = [&](int64_t seq, const CodegenOptions &opts) -> llvm::Expected<int64_t> {
     ++out.compiles;
-    auto p = compilePlan(modelPath, atShape(import, 1, seq), passOpts, opts);
+    auto p = seq == s0 || seq == 2 * s0 ? compilePlan(modelPath, atShape(import, 1, seq), leastPerToken(passOpts, s0), opts)
+                                        : compileChunked(modelPath, atShape(import, 1, seq), passOpts, opts);
     if (!p) return p.takeError();
     out.pinnedCheckpointBytes = p->schedule().pinned_checkpoint_bytes();
+    out.sequenceChunks = plan::sequenceChunks(*p);
     hostFits = true;
     if (co.schedule.hostBudgetBytes > 0)
       if (auto e = checkHostBudget(*p, co.schedule.hostBudgetBytes)) {
@@ -172,7 +202,6 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
       }
     return p->schedule().device_bytes();
   };
-  const int64_t s0 = 64, budget = co.schedule.gpuBudgetBytes;
   auto b1 = bytesAt(s0, leastPerToken(co));
   if (!b1) return b1.takeError();
   if (*b1 > budget) return out;
@@ -185,6 +214,7 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   out.seq = s0;
   out.deviceBytes = *b1;
   out.pinnedCheckpointBytes = 0;
+  out.sequenceChunks = 1;
   for (int tries = 0; tries < 8 && seq > s0; ++tries) {
     auto b = bytesAt(seq, co);
     if (!b) return b.takeError();

@@ -20,14 +20,16 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
 // give the estimate, a multiple of 64, which a compile at it confirms (else
 // shorter, on the line through seq 64's bytes and the failed compile's, by
 // 5% at least; at most 8 times). Where checkpoints may be
-// offloaded (--offload-checkpoints auto or N), the estimate takes them all
-// offloaded, and the confirming compile must also fit --host-mem, if given:
+// offloaded (--offload-checkpoints auto or N) and the MLP blocks chunked
+// (--seq-chunks auto or K), the estimate takes them all offloaded and
+// one-token chunks, and the confirming compile must also fit --host-mem, if given:
 // the offloaded checkpoints' pinned host memory grows with seq. Also the GPU
 // bytes and the pinned checkpoint bytes at that length.
 struct LongestSeq {
   int64_t seq = 0;           // 0: not even seq 64 fits
   int64_t deviceBytes = 0;   // of the plan at `seq`
   int64_t pinnedCheckpointBytes = 0; // of the plan at `seq`: its offloaded checkpoints
+  int64_t sequenceChunks = 1;        // of the plan at `seq`: its MLP blocks' slices (--seq-chunks)
   int64_t bytesPerToken = 0; // the estimate's slope
   int compiles = 0;
 };

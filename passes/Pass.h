@@ -18,6 +18,9 @@ struct PassOptions {
   // Whether the compile pipeline fuses the head's product into the loss
   // (fuse-linear-cross-entropy); off: the [tokens, vocab] logits exist whole.
   bool fuseLinearCrossEntropy = true;
+  // chunk-sequence: the MLP blocks run over this many slices of the
+  // sequence (1: whole); it must divide seq.
+  int64_t sequenceChunks = 1;
 };
 
 using PassFn = llvm::Error (*)(ir::Graph &, const PassOptions &);
@@ -67,5 +70,11 @@ llvm::Error fuseAddIntoGemm(ir::Graph &g, const PassOptions &opts);
 void fuseAddsIntoGemms(ir::Graph &g, size_t firstOp, const std::vector<ir::ValueId> &roots);
 llvm::Error differentiateLoss(ir::Graph &g, const PassOptions &opts);
 llvm::Error partitionUnits(ir::Graph &g, const PassOptions &opts);
+llvm::Error chunkSequence(ir::Graph &g, const PassOptions &opts);
+// After autodiff of a unit whose ops below numForwardOps are its forward:
+// moves each chunk-sequence copy (megac.chunk) down to just before its first
+// reader, so that the backward recomputes one chunk at a time, each right
+// before its gradients.
+void sinkChunkRecomputation(ir::Graph &g, size_t numForwardOps);
 
 } // namespace megac::passes

@@ -36,6 +36,8 @@ const std::vector<PassInfo> &allPasses() {
        fuseAddIntoGemm},
       {"partition-units", "split the model into stream units (embedding, each layer, head) by structure",
        partitionUnits},
+      {"chunk-sequence", "run each unit's MLP block over PassOptions::sequenceChunks slices of the sequence",
+       chunkSequence},
       {"autodiff", "append d(loss)/d(parameter) for every parameter as graph outputs", differentiateLoss},
   };
   return passes;

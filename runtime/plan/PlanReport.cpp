@@ -159,6 +159,7 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
 llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profile) {
   if (auto e = checkIds(p)) return std::move(e);
   PlanReport r;
+  r.sequenceChunks = sequenceChunks(p);
   for (const Template &t : p.templates()) {
     TemplateReport tr;
     tr.name = t.name();
@@ -394,6 +395,9 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   else
     os << "  recompute: " << keeping << " of " << r.units.size() << " units keep their activations (" << savedBytes
        << " bytes saved), the others recompute\n";
+  if (r.sequenceChunks > 1)
+    os << "  sequence chunks: each unit's MLP block runs over " << r.sequenceChunks
+       << " slices of the sequence in turn (--seq-chunks; its intermediates take that much less GPU memory)\n";
   int64_t resident = 0, residentParams = 0;
   for (const UnitReport &u : r.units)
     if (u.resident) ++resident, residentParams += u.parameters;
@@ -603,6 +607,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
       {"seq", p.seq()},
       {"vocab", p.vocab()},
       {"compute", utf8(p.compute())},
+      {"sequence_chunks", r.sequenceChunks},
       {"format_version", int64_t(p.format_version())},
       {"megac_version", utf8(p.megac_version())},
       {"overlap_steps", p.has_schedule() && p.schedule().overlap_steps()},

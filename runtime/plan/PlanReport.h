@@ -106,6 +106,7 @@ struct ScheduleReport {
 };
 
 struct PlanReport {
+  int64_t sequenceChunks = 1; // plan::sequenceChunks: slices of the sequence the MLP blocks run over
   std::vector<UnitReport> units;
   std::vector<TemplateReport> templates;
   MemoryReport memory;

@@ -48,4 +48,13 @@ SavedLayout savedLayout(const Template &t) {
   return l;
 }
 
+int64_t sequenceChunks(const Plan &p) {
+  int64_t most = 0;
+  for (const Template &t : p.templates())
+    for (const Program::Op &op : t.forward().ops())
+      for (const Attribute &a : op.attributes())
+        if (a.name() == "megac.chunk") most = std::max(most, a.i());
+  return most + 1;
+}
+
 } // namespace megac::plan

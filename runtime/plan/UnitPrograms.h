@@ -32,6 +32,9 @@ std::vector<Program *> mutableTemplatePrograms(Template &t);
 const char *programRoleName(int index); // "forward", "backward", "forward_keep", "backward_kept"
 // The largest arena of any program of the plan: what the ARENA region holds.
 int64_t largestArenaBytes(const Plan &p);
+// The slices of the sequence its MLP blocks run over (passes/ChunkSequence.cpp
+// marks each slice's ops megac.chunk = c): 1 + the largest c, 1 where none.
+int64_t sequenceChunks(const Plan &p);
 
 // The saved values of a template's forward_keep (its results after the
 // activation outputs) in a SAVED region: each 256-byte aligned, in order.

@@ -5,6 +5,7 @@
 #include "driver/Compile.h"
 #include "runtime/cuda/CudnnAttention.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
 #include "runtime/train/AdamW.h"
 
 #include <gtest/gtest.h>
@@ -399,5 +400,49 @@ TEST(GpuCheckpointOffload, GivesThePlanWithoutItsNumbers) {
     EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
     EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
     EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+  }
+}
+
+// chunk-sequence on the GPU: the MLP blocks over 4 slices of the sequence
+// (Split, the slices' copies, Concat; the backward recomputing one slice at a
+// time) train as the whole blocks do, to fp32's summation-order differences.
+TEST(GpuChunkSequence, TrainsAsTheWholeBlocks) {
+  for (const char *model : {"llama", "gpt2"}) {
+    SCOPED_TRACE(model);
+    std::vector<double> losses[2];
+    runtime::HostState state[2];
+    plan::Plan plans[2];
+    for (int chunked = 0; chunked < 2; ++chunked) {
+      frontend::ImportOptions io;
+      io.batch = 2;
+      io.seq = 16;
+      passes::PassOptions po;
+      po.sequenceChunks = chunked ? 4 : 1;
+      codegen::CodegenOptions co;
+      co.compute = "fp32";
+      co.schedule.residentUnits = 0;
+      co.optimizer.set_lr(1e-2f);
+      co.optimizer.set_beta1(0.9f);
+      co.optimizer.set_beta2(0.95f);
+      co.optimizer.set_eps(1e-8f);
+      co.optimizer.set_weight_decay(0.1f);
+      co.optimizer.set_schedule("constant");
+      auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, po, co);
+      ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+      ASSERT_EQ(plan::sequenceChunks(*p), chunked ? 4 : 1);
+      const auto mbs = fixtureMicroBatches(model, p->ignore_index(), 1);
+      auto gpu = gpuTrainer(*p);
+      ASSERT_TRUE(gpu);
+      for (int s = 0; s < 3; ++s) {
+        auto st = gpu->step(mbs, 1e-2f);
+        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+        losses[chunked].push_back(st->loss);
+      }
+      state[chunked] = gpu->currentState();
+      plans[chunked] = *p;
+    }
+    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5) << "loss " << i;
+    for (const plan::Parameter &q : plans[0].parameters())
+      EXPECT_LT(paramError(state[1].params, state[0].params, q), 1e-4) << q.name();
   }
 }

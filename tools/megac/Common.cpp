@@ -41,6 +41,10 @@ static cl::opt<std::string> Trainable("trainable", cl::desc("Regex of initialize
 static cl::opt<std::string> Frozen("frozen", cl::desc("Regex of initializer names to freeze"), cl::sub(importCmd()),
                                    cl::sub(forwardCmd()), cl::sub(optCmd()), cl::sub(gradCmd()), cl::sub(compileCmd()), cl::sub(trainCmd()));
 
+static cl::opt<int64_t> SeqChunksOpt("seq-chunks",
+                                     cl::desc("chunk-sequence: run each unit's MLP block over this many slices of the "
+                                              "sequence (default 1)"),
+                                     cl::init(1), cl::sub(optCmd()));
 static cl::opt<int64_t> FoldLimit("fold-limit",
                                   cl::desc("Largest tensor (elements) specialize folds whole (default 2^28)"),
                                   cl::init(int64_t(1) << 28), cl::sub(optCmd()), cl::Hidden);
@@ -73,6 +77,7 @@ llvm::Expected<ModelFlags> modelFlags() {
   f.passes.frozen = Frozen;
   if (FoldLimit < 1) return flagError("--fold-limit must be positive (got " + llvm::Twine(FoldLimit) + ")");
   f.passes.foldLimit = FoldLimit;
+  f.passes.sequenceChunks = SeqChunksOpt;
   return f;
 }
 

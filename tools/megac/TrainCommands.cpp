@@ -97,6 +97,12 @@ static cl::opt<std::string> OffloadCheckpoints(
              "(auto (default): none where the plan fits the GPU budget, else the fewest that make it fit; all: every "
              "unit's that can)"),
     cl::init("auto"), cl::value_desc("N|auto|all"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> SeqChunks(
+    "seq-chunks",
+    cl::desc("Slices of the sequence each unit's MLP block runs over, one after another (its per-token "
+             "intermediates then take that much less GPU memory; a divisor of --seq). auto (default): 1 where the "
+             "plan fits the GPU budget, else the fewest of 2, 4, 8, ... that make it fit"),
+    cl::init("auto"), cl::value_desc("K|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()),
                                         cl::sub(runCmd()));
@@ -347,6 +353,13 @@ static llvm::Expected<CompileInputs> compileInputs() {
     return flagError("compile needs --batch B and --seq S");
   flags->passes.ignoreIndex = IgnoreIndex;
   flags->passes.fuseLinearCrossEntropy = !NoFusedLoss;
+  if (SeqChunks == "auto") {
+    flags->passes.sequenceChunks = -1;
+  } else if (llvm::StringRef(SeqChunks).getAsInteger(10, flags->passes.sequenceChunks) || flags->passes.sequenceChunks < 1 ||
+             flags->import.seq % flags->passes.sequenceChunks != 0) {
+    return flagError("--seq-chunks must be auto or a count >= 1 that divides --seq " + std::to_string(flags->import.seq) + ", got '" +
+                     SeqChunks + "'");
+  }
   codegen::CodegenOptions co;
   if (Compute != "bf16" && Compute != "tf32" && Compute != "fp32")
     return flagError("--compute must be bf16, tf32 or fp32, got '" + Compute + "'");
@@ -397,6 +410,7 @@ int runCompile() {
     if (l->seq && l->pinnedCheckpointBytes)
       llvm::outs() << ", with " << llvm::format("%.2f", double(l->pinnedCheckpointBytes) / gib)
                    << " GiB of checkpoints offloaded to pinned host memory";
+    if (l->seq && l->sequenceChunks > 1) llvm::outs() << ", the MLP blocks in " << l->sequenceChunks << " slices of the sequence";
     if (l->seq) llvm::outs() << "\n";
   }
   llvm::outs() << "wrote " << PlanOut << "\n";
