@@ -208,6 +208,15 @@ llvm::Expected<bool> Chunker::chunk(const std::vector<int32_t> &region) {
   std::vector<Op> added;
   // chunkOf[c][v]: chunk c's value for row value v.
   std::vector<std::map<ValueId, ValueId>> chunkOf(static_cast<size_t>(K_));
+  // Slice c of row value v, a new value.
+  auto slice = [&](ValueId v, int64_t c) {
+    Value s;
+    s.name = g_.value(v).name + "/c" + std::to_string(c);
+    s.type = chunkType(v);
+    ValueId id = g_.addValueUnique(std::move(s));
+    chunkOf[size_t(c)][v] = id;
+    return id;
+  };
   for (ValueId x : inputs) {
     Op split;
     split.type = "Split";
@@ -216,14 +225,7 @@ llvm::Expected<bool> Chunker::chunk(const std::vector<int32_t> &region) {
     split.attrs.set("axis", Attr::ofInt(rowAxis(x)));
     const int64_t rows = g_.type(x).shape[size_t(rowAxis(x))] / K_;
     split.inputs = {x, g_.addConst(split.name + "/sizes", Tensor::fromVector<int64_t>(DType::I64, {K_}, std::vector<int64_t>(size_t(K_), rows)))};
-    for (int64_t c = 0; c < K_; ++c) {
-      Value v;
-      v.name = g_.value(x).name + "/c" + std::to_string(c);
-      v.type = chunkType(x);
-      ValueId id = g_.addValueUnique(std::move(v));
-      split.outputs.push_back(id);
-      chunkOf[size_t(c)][x] = id;
-    }
+    for (int64_t c = 0; c < K_; ++c) split.outputs.push_back(slice(x, c));
     added.push_back(std::move(split));
   }
   std::map<int32_t, ValueId> chunkShape; // per Reshape of the block: its target shape for a chunk
@@ -246,14 +248,7 @@ llvm::Expected<bool> Chunker::chunk(const std::vector<int32_t> &region) {
         if (it != chunkOf[size_t(c)].end()) copy.inputs[k] = it->second;
         else if (isRow(v)) return graphError(g_, "chunk-sequence: '" + g_.value(v).name + "' has no slice (internal error)");
       }
-      for (ValueId &o : copy.outputs) {
-        Value v;
-        v.name = g_.value(o).name + "/c" + std::to_string(c);
-        v.type = chunkType(o);
-        ValueId id = g_.addValueUnique(std::move(v));
-        chunkOf[size_t(c)][o] = id;
-        o = id;
-      }
+      for (ValueId &o : copy.outputs) o = slice(o, c);
       added.push_back(std::move(copy));
     }
   }
