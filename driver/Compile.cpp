@@ -139,16 +139,19 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
 }
 
 // --seq-chunks auto (sequenceChunks < 0): whole where the plan fits the GPU
-// budget, else the fewest of 2, 4, 8, ... (dividing seq, chunks of 64
-// tokens or more) that make it fit, or the most where none does.
+// budget, else the fewest of 2, 4, 8, ... 64 (dividing seq, chunks of 64
+// tokens or more) that make it fit, or the most where none does. Past 64
+// slices the MLP's share of a layer's memory is small beside attention's,
+// and each try is a compile.
+static constexpr int64_t kMaxAutoChunks = 64;
 static llvm::Expected<plan::Plan> compileChunked(const std::string &modelPath, const frontend::ImportOptions &import,
                                                  passes::PassOptions passOpts, const CodegenOptions &co) {
   const bool autoChunks = passOpts.sequenceChunks < 0;
   if (autoChunks) passOpts.sequenceChunks = 1;
   auto plan = compilePlan(modelPath, import, passOpts, co);
   if (!plan || !autoChunks) return plan;
-  for (int64_t k = 2; plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes() && import.seq % k == 0 &&
-                      import.seq / k >= 64;
+  for (int64_t k = 2; plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes() && k <= kMaxAutoChunks &&
+                      import.seq % k == 0 && import.seq / k >= 64;
        k *= 2) {
     passOpts.sequenceChunks = k;
     auto chunked = compilePlan(modelPath, import, passOpts, co);
