@@ -217,12 +217,17 @@ llvm::Expected<bool> Chunker::chunk(const std::vector<int32_t> &region) {
     chunkOf[size_t(c)][v] = id;
     return id;
   };
+  // The Split of an input or the Concat of an output, along v's rows.
+  auto edge = [&](const char *type, ValueId v) {
+    Op op;
+    op.type = type;
+    op.name = g_.value(v).name + "/chunks";
+    op.attrs = unitAttrs;
+    op.attrs.set("axis", Attr::ofInt(rowAxis(v)));
+    return op;
+  };
   for (ValueId x : inputs) {
-    Op split;
-    split.type = "Split";
-    split.name = g_.value(x).name + "/chunks";
-    split.attrs = unitAttrs;
-    split.attrs.set("axis", Attr::ofInt(rowAxis(x)));
+    Op split = edge("Split", x);
     const int64_t rows = g_.type(x).shape[size_t(rowAxis(x))] / K_;
     split.inputs = {x, g_.addConst(split.name + "/sizes", Tensor::fromVector<int64_t>(DType::I64, {K_}, std::vector<int64_t>(size_t(K_), rows)))};
     for (int64_t c = 0; c < K_; ++c) split.outputs.push_back(slice(x, c));
@@ -253,11 +258,7 @@ llvm::Expected<bool> Chunker::chunk(const std::vector<int32_t> &region) {
     }
   }
   for (ValueId y : outputs) {
-    Op concat;
-    concat.type = "Concat";
-    concat.name = g_.value(y).name + "/chunks";
-    concat.attrs = unitAttrs;
-    concat.attrs.set("axis", Attr::ofInt(rowAxis(y)));
+    Op concat = edge("Concat", y);
     for (int64_t c = 0; c < K_; ++c) concat.inputs.push_back(chunkOf[size_t(c)].at(y));
     concat.outputs = {y};
     added.push_back(std::move(concat));
