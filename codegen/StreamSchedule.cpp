@@ -216,8 +216,9 @@ bool readsActivation(const plan::Unit &u, int activation) {
 
 // The boundary checkpoints of the first `units` units, each micro-batch's
 // where the copy out has finished before the copy back starts (its last
-// FORWARD reader is followed by a FORWARD, which comes before the BACKWARD
-// before its first BACKWARD reader); in (unit, micro-batch, output) order.
+// FORWARD reader is followed by a FORWARD, and its first BACKWARD reader
+// follows another BACKWARD, which comes after that FORWARD); in (unit,
+// micro-batch, output) order.
 std::vector<OffloadedCheckpoint> chooseOffloads(const plan::Plan &p, const std::vector<int> &producer,
                                                 const std::vector<std::vector<std::pair<int, int>>> &consumers, int M,
                                                 int units) {
@@ -241,7 +242,8 @@ std::vector<OffloadedCheckpoint> chooseOffloads(const plan::Plan &p, const std::
         c.producer = u;
         c.freePos = lastFwd + 1;
         c.loadPos = firstBwd - 1;
-        if (c.freePos < N * M && c.freePos < c.loadPos) out.push_back(c);
+        // The copy out waited for by a FORWARD, the copy back issued before a BACKWARD, the first before the second.
+        if (c.freePos < N * M && c.loadPos >= N * M && c.freePos < c.loadPos) out.push_back(c);
       }
   return out;
 }
