@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <climits>
 #include <cstdio>
+#include <numeric>
 
 namespace megac::driver {
 
@@ -213,12 +214,14 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   const double perToken = std::max(1.0, double(*b2 - *b1) / double(s0));
   out.bytesPerToken = int64_t(perToken);
   const double maxSeq = double(int64_t(1) << kMaxTokensLog2);
-  int64_t seq = int64_t(std::min(maxSeq, double(s0) + double(budget - *b1) / perToken)) / s0 * s0;
+  // Lengths tried are multiples of 64, and of an explicit --seq-chunks K, which must divide them.
+  const int64_t step = passOpts.sequenceChunks > 1 ? std::lcm(s0, passOpts.sequenceChunks) : s0;
+  int64_t seq = int64_t(std::min(maxSeq, double(s0) + double(budget - *b1) / perToken)) / step * step;
   out.seq = s0;
   out.deviceBytes = *b1;
   out.pinnedCheckpointBytes = 0;
   out.sequenceChunks = 1;
-  for (int tries = 0; tries < 8 && seq > s0; ++tries) {
+  for (int tries = 0; tries < 8 && seq > s0 && seq >= step; ++tries) {
     auto b = bytesAt(seq, co);
     if (!b) return b.takeError();
     if (*b <= budget && hostFits) {
@@ -231,7 +234,7 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
     // at most 95% of this length.
     int64_t next = seq / 20 * 19;
     if (*b > budget && *b > *b1) next = std::min(next, s0 + int64_t(double(budget - *b1) * double(seq - s0) / double(*b - *b1)));
-    seq = std::max(s0, next / s0 * s0);
+    seq = next / step * step;
   }
   return out;
 }
