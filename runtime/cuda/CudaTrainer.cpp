@@ -267,9 +267,7 @@ static int64_t activationBytes(const plan::Activation &a) {
 llvm::Expected<void *> CudaTrainer::activationBuffer(int32_t act, int mb, bool backward) {
   const plan::Activation &a = plan_.activations(act);
   if (a.kind() == plan::Activation::LOSS) return lossDev_ + mb;
-  auto kind = a.kind() != plan::Activation::INTERMEDIATE            ? plan::DeviceRegion::DATA
-              : backward && loadedCheckpoints_.count({act, mb}) ? plan::DeviceRegion::LOADED_CHECKPOINT
-                                                                 : plan::DeviceRegion::CHECKPOINT;
+  const auto kind = plan::activationRegion(a, backward && loadedCheckpoints_.count({act, mb}));
   llvm::Error e = llvm::Error::success();
   uint8_t *p = region(kind, act, activationBytes(a), e, mb);
   if (e) return std::move(e);
@@ -342,13 +340,7 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   if (auto e = plan::checkPassMicroBatches(s)) return e;
   M_ = plan::passMicroBatches(s);
   // Checkpoint offload: the host's copies, pinned, and which checkpoints come back.
-  for (const plan::StreamAction &a : s.actions()) {
-    if (!plan::isCheckpointCopy(a.kind())) continue;
-    if (a.activation() < 0 || a.activation() >= plan_.activations_size() ||
-        plan_.activations(a.activation()).kind() != plan::Activation::INTERMEDIATE ||
-        !plan::blockWithin(a.host_offset(), plan::checkpointCopyBytes(plan_, a), s.pinned_checkpoint_bytes()))
-      return err("the plan's schedule copies a checkpoint that does not exist, or outside its pinned checkpoint memory");
-  }
+  if (auto e = plan::checkCheckpointCopies(plan_)) return e;
   loadedCheckpoints_ = plan::loadedCheckpoints(s);
   if (s.pinned_checkpoint_bytes() > 0)
     MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&hostCheckpoints_), size_t(s.pinned_checkpoint_bytes())));

@@ -316,6 +316,20 @@ int64_t checkpointCopyBytes(const Plan &p, const StreamAction &a) {
   return std::max<int64_t>(0, typeBytes(p.activations(a.activation()).type()));
 }
 
+llvm::Error checkCheckpointCopies(const Plan &p) {
+  const StreamSchedule &s = p.schedule();
+  for (const StreamAction &a : s.actions()) {
+    if (!isCheckpointCopy(a.kind())) continue;
+    if (a.activation() < 0 || a.activation() >= p.activations_size() ||
+        p.activations(a.activation()).kind() != Activation::INTERMEDIATE ||
+        !blockWithin(a.host_offset(), checkpointCopyBytes(p, a), s.pinned_checkpoint_bytes()))
+      return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                     "the plan's schedule copies a checkpoint that does not exist, or outside its pinned "
+                                     "checkpoint memory");
+  }
+  return llvm::Error::success();
+}
+
 const char *regionKindName(DeviceRegion::Kind k) {
   switch (k) {
   case DeviceRegion::WEIGHT_SLOT: return "WEIGHT_SLOT";

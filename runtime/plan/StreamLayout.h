@@ -197,8 +197,18 @@ std::string checkpointEventName(int j, llvm::StringRef what);
 // The (activation, micro-batch) checkpoints a LOAD_CHECKPOINT brings back:
 // their BACKWARD readers read the LOADED_CHECKPOINT region, not CHECKPOINT.
 std::set<std::pair<int, int>> loadedCheckpoints(const StreamSchedule &s);
+// The region a unit reads activation input `a` from: DATA for tokens and
+// targets, else its CHECKPOINT, or the LOADED_CHECKPOINT a LOAD_CHECKPOINT
+// filled where a BACKWARD reads one brought back (`loadedBack`).
+inline DeviceRegion::Kind activationRegion(const Activation &a, bool loadedBack) {
+  if (a.kind() == Activation::DATA_TOKENS || a.kind() == Activation::DATA_TARGETS) return DeviceRegion::DATA;
+  return loadedBack ? DeviceRegion::LOADED_CHECKPOINT : DeviceRegion::CHECKPOINT;
+}
 // The bytes a SAVE_CHECKPOINT or LOAD_CHECKPOINT copies (its activation's); 0 for other actions.
 int64_t checkpointCopyBytes(const Plan &p, const StreamAction &a);
+// What a runtime checks before it copies checkpoints: each copy names an
+// intermediate activation and a block inside the pinned checkpoint memory.
+llvm::Error checkCheckpointCopies(const Plan &p);
 // Whether a step keeps its gradients on the host until its end: with a clip
 // (the global norm first) or more than one pass (grad_accum over micro_batches).
 bool stepKeepsGradients(const Plan &p);

@@ -281,12 +281,7 @@ llvm::Error StreamExecutor::init() {
   saved_.assign(size_t(plan_.units_size()) * size_t(M_), {});
   hostCopy_ = loaded_ = activation_;
   loadedCheckpoints_ = plan::loadedCheckpoints(s);
-  for (const plan::StreamAction &a : s.actions()) {
-    if (!plan::isCheckpointCopy(a.kind())) continue;
-    if (a.activation() < 0 || a.activation() >= A || a.micro_batch() < 0 || a.micro_batch() >= M_ ||
-        !plan::blockWithin(a.host_offset(), plan::checkpointCopyBytes(plan_, a), s.pinned_checkpoint_bytes()))
-      return err("the plan's schedule copies a checkpoint that does not exist, or outside its pinned checkpoint memory");
-  }
+  if (auto e = plan::checkCheckpointCopies(plan_)) return e; // micro-batches: checkPassMicroBatches above
   try {
     hostCheckpoints_.assign(size_t(std::max<int64_t>(s.pinned_checkpoint_bytes(), 0)), 0);
   } catch (const std::bad_alloc &) {
@@ -411,9 +406,7 @@ llvm::Expected<Tensor> StreamExecutor::activationView(int i, int32_t act, int mb
   const plan::Activation &a = plan_.activations(act);
   const int64_t bytes = plan::typeBytes(a.type());
   const bool loaded = backward && loadedCheckpoints_.count({act, mb});
-  const auto kind = producer_[size_t(act)] < 0 ? plan::DeviceRegion::DATA
-                    : loaded                  ? plan::DeviceRegion::LOADED_CHECKPOINT
-                                              : plan::DeviceRegion::CHECKPOINT;
+  const auto kind = plan::activationRegion(a, loaded);
   int64_t off = 0;
   auto p = region(kind, act, bytes, &off, mb);
   if (!p) return p.takeError();
