@@ -1,197 +1,12 @@
-// Binary and variadic elementwise ops with numpy broadcasting: arithmetic,
-// Pow, Max/Min/Sum/Mean, comparisons, logic and BitShift (ONNX semantics).
+// CPU loops of the binary and variadic elementwise ops with numpy
+// broadcasting: arithmetic, Pow, Max/Min/Sum/Mean, comparisons, logic, PRelu
+// and BitShift. The ops are in BinaryOps.h.
+#include "runtime/cpu/BinaryOps.h"
 #include "runtime/cpu/ElementwiseCommon.h"
-#include "runtime/cpu/IntPow.h"
-
-#include <cmath>
-#include <limits>
 
 namespace megac::cpu::elementwise {
 
 namespace {
-
-// -x with wrap-around for the most negative integer (no UB).
-template <class T> T wrapNeg(T x) {
-  using U = std::make_unsigned_t<T>;
-  return T(U(0) - U(x));
-}
-
-// Each op: name, accepted types, whether the result is bool, a cost per
-// element, a constructor from the attributes and `operator()(T, T)`.
-struct AddOp {
-  static constexpr const char *name = "Add";
-  static constexpr unsigned types = kNumeric;
-  static constexpr bool boolResult = false;
-  static constexpr int64_t cost = 1;
-  explicit AddOp(const Attrs &) {}
-  template <class T> T operator()(T a, T b) const { return T(a + b); }
-};
-
-struct SubOp {
-  static constexpr const char *name = "Sub";
-  static constexpr unsigned types = kNumeric;
-  static constexpr bool boolResult = false;
-  static constexpr int64_t cost = 1;
-  explicit SubOp(const Attrs &) {}
-  template <class T> T operator()(T a, T b) const { return T(a - b); }
-};
-
-struct MulOp {
-  static constexpr const char *name = "Mul";
-  static constexpr unsigned types = kNumeric;
-  static constexpr bool boolResult = false;
-  static constexpr int64_t cost = 1;
-  explicit MulOp(const Attrs &) {}
-  template <class T> T operator()(T a, T b) const { return T(a * b); }
-};
-
-// Integer division truncates toward zero (as C); x / 0 gives 0 rather than a trap.
-struct DivOp {
-  static constexpr const char *name = "Div";
-  static constexpr unsigned types = kNumeric;
-  static constexpr bool boolResult = false;
-  static constexpr int64_t cost = 2;
-  explicit DivOp(const Attrs &) {}
-  template <class T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      return a / b;
-    } else {
-      if (b == 0) return T(0);
-      if constexpr (std::is_signed_v<T>)
-        if (b == T(-1)) return wrapNeg(a);
-      return T(a / b);
-    }
-  }
-};
-
-// fmod=0: the result takes the divisor's sign (Python / numpy mod);
-// fmod=1: the dividend's (C fmod / %). x mod 0 gives 0 for integers.
-struct ModOp {
-  static constexpr const char *name = "Mod";
-  static constexpr unsigned types = kNumeric;
-  static constexpr bool boolResult = false;
-  static constexpr int64_t cost = 4;
-  bool cStyle;
-  explicit ModOp(const Attrs &a) : cStyle(a.getInt("fmod", 0) != 0) {}
-  template <class T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      T r = std::fmod(a, b);
-      if (!cStyle && r != 0 && ((r < 0) != (b < 0))) r += b;
-      return r;
-    } else {
-      if (b == 0) return T(0);
-      if constexpr (std::is_signed_v<T>) {
-        if (b == T(-1)) return T(0);
-        T r = T(a % b);
-        if (!cStyle && r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
-        return r;
-      } else {
-        return T(a % b);
-      }
-    }
-  }
-};
-
-// NaN propagates, as numpy's maximum / minimum.
-struct MaxOp {
-  static constexpr const char *name = "Max";
-  static constexpr unsigned types = kNumeric;
-  static constexpr bool boolResult = false;
-  static constexpr bool isMean = false;
-  static constexpr int64_t cost = 1;
-  explicit MaxOp(const Attrs &) {}
-  template <class T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>)
-      if (b != b) return b;
-    return a < b ? b : a;
-  }
-};
-
-struct MinOp {
-  static constexpr const char *name = "Min";
-  static constexpr unsigned types = kNumeric;
-  static constexpr bool boolResult = false;
-  static constexpr bool isMean = false;
-  static constexpr int64_t cost = 1;
-  explicit MinOp(const Attrs &) {}
-  template <class T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>)
-      if (b != b) return b;
-    return b < a ? b : a;
-  }
-};
-
-struct SumOp : AddOp {
-  static constexpr const char *name = "Sum";
-  static constexpr bool isMean = false;
-  using AddOp::AddOp;
-};
-
-struct MeanOp : AddOp {
-  static constexpr const char *name = "Mean";
-  static constexpr unsigned types = kFloat;
-  static constexpr bool isMean = true;
-  using AddOp::AddOp;
-};
-
-#define MEGAC_COMPARE(NAME, TYPES, EXPR)                                                                     \
-  struct NAME##Op {                                                                                           \
-    static constexpr const char *name = #NAME;                                                                \
-    static constexpr unsigned types = TYPES;                                                                  \
-    static constexpr bool boolResult = true;                                                                  \
-    static constexpr int64_t cost = 1;                                                                        \
-    explicit NAME##Op(const Attrs &) {}                                                                       \
-    template <class T> bool operator()(T a, T b) const { return EXPR; }                                       \
-  };
-
-MEGAC_COMPARE(Equal, kAll, a == b)
-MEGAC_COMPARE(Less, kNumeric, a < b)
-MEGAC_COMPARE(LessOrEqual, kNumeric, a <= b)
-MEGAC_COMPARE(Greater, kNumeric, a > b)
-MEGAC_COMPARE(GreaterOrEqual, kNumeric, a >= b)
-#undef MEGAC_COMPARE
-
-#define MEGAC_LOGIC(NAME, EXPR)                                                                              \
-  struct NAME##Op {                                                                                           \
-    static constexpr const char *name = #NAME;                                                                \
-    static constexpr unsigned types = kBool;                                                                  \
-    static constexpr bool boolResult = false;                                                                 \
-    static constexpr int64_t cost = 1;                                                                        \
-    explicit NAME##Op(const Attrs &) {}                                                                       \
-    template <class T> T operator()(T a, T b) const { return T(EXPR); }                                       \
-  };
-
-MEGAC_LOGIC(And, (a != 0) & (b != 0))
-MEGAC_LOGIC(Or, (a != 0) | (b != 0))
-MEGAC_LOGIC(Xor, (a != 0) ^ (b != 0))
-#undef MEGAC_LOGIC
-
-// PRelu: x where x >= 0, slope * x elsewhere; slope broadcasts to x.
-struct PReluOp {
-  static constexpr const char *name = "PRelu";
-  static constexpr unsigned types = kNumeric;
-  static constexpr bool boolResult = false;
-  static constexpr int64_t cost = 1;
-  explicit PReluOp(const Attrs &) {}
-  template <class T> T operator()(T x, T slope) const {
-    if constexpr (std::is_unsigned_v<T>) return x;
-    else return x < 0 ? T(slope * x) : x;
-  }
-};
-
-// Shifts of the type's width or more give 0 (no UB).
-struct BitShiftOp {
-  static constexpr const char *name = "BitShift";
-  static constexpr unsigned types = kUnsignedInt;
-  static constexpr bool boolResult = false;
-  static constexpr int64_t cost = 1;
-  bool left;
-  explicit BitShiftOp(const Attrs &a) : left(a.getString("direction", "") == "LEFT") {}
-  template <class T> T operator()(T a, T b) const {
-    if (b >= T(sizeof(T) * 8)) return T(0);
-    return left ? T(a << b) : T(a >> b);
-  }
-};
 
 // out = op(a, b) with broadcasting; a and b have the same dtype.
 template <class Op> llvm::Error applyBinary(const Op &op, const Tensor &a, const Tensor &b, Tensor &out) {
@@ -249,11 +64,11 @@ template <class Op> llvm::Error variadicKernel(KernelContext &ctx) {
       if (auto e = applyBinary(op, out, *ctx.input(i), out)) return e;
   }
   if constexpr (Op::isMean) {
-    const double n = double(ctx.numInputs());
+    const MeanScaleOp scale{double(ctx.numInputs())};
     dispatchType<kFloat>(out.dtype(), [&](auto tag) {
       using T = typename decltype(tag)::type;
       T *p = out.data<T>();
-      unaryLoop(p, p, out.numel(), [n](T v) { return T(v / T(n)); });
+      unaryLoop(p, p, out.numel(), [scale](T v) { return scale(v); });
     });
   }
   return llvm::Error::success();
@@ -282,9 +97,9 @@ llvm::Error powKernel(KernelContext &ctx) {
         if (exponent.numel() == 1 && *y == T(2)) // x^2, common in norms and variances
           binaryLoop(*plan, x, y, z, [](T u, T) { return u * u; });
         else
-          binaryLoop(*plan, x, y, z, [](T u, T v) { return T(std::pow(u, v)); }, 10);
+          binaryLoop(*plan, x, y, z, [](T u, T v) { return PowOp{}(u, v); }, 10);
       } else {
-        binaryLoop(*plan, x, y, z, intPow<T>, 4);
+        binaryLoop(*plan, x, y, z, [](T u, T v) { return PowOp{}(u, v); }, 4);
       }
     });
   } else {
@@ -293,7 +108,7 @@ llvm::Error powKernel(KernelContext &ctx) {
       ok = dispatchType<kNumeric>(exponent.dtype(), [&](auto expTag) {
         using E = typename decltype(expTag)::type;
         binaryLoop(*plan, base.data<T>(), exponent.data<E>(), out.data<T>(),
-                   [](T u, E v) { return convertNumber<T>(std::pow(double(u), double(v))); }, 10);
+                   [](T u, E v) { return PowMixedOp{}(u, v); }, 10);
       });
     });
   }

@@ -2,11 +2,11 @@
 // Internals shared by the elementwise kernel files: dtype dispatch, the
 // f16/bf16-through-f32 wrapper and the inner loops.
 #include "runtime/cpu/Broadcast.h"
+#include "runtime/cpu/ConvertNumber.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/cpu/TypeSets.h"
 
-#include <cmath>
 #include <cstdint>
-#include <type_traits>
 
 namespace megac::cpu::elementwise {
 
@@ -15,19 +15,6 @@ namespace megac::cpu::elementwise {
 template <class T, bool Bool = false> struct TypeTag {
   using type = T;
   static constexpr bool isBool = Bool;
-};
-
-// Sets of dtypes an op accepts, as compile-time bit masks. F16/BF16 are not
-// dispatched: kernels run them through f32 (runViaF32).
-enum TypeSet : unsigned {
-  kFloat = 1u,         // f32, f64
-  kSignedInt = 2u,     // i8, i16, i32, i64
-  kUnsignedInt = 4u,   // u8, u16, u32, u64
-  kBool = 8u,
-  kInt = kSignedInt | kUnsignedInt,
-  kSigned = kFloat | kSignedInt,
-  kNumeric = kFloat | kInt,
-  kAll = kNumeric | kBool,
 };
 
 // Calls fn(TypeTag<T>{}) for dtype's C++ type when dtype is in Sets; returns
@@ -107,24 +94,6 @@ template <class T, class R, class F> void unaryLoop(const T *x, R *y, int64_t n,
   parallelFor(n, cost, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) y[i] = f(x[i]);
   });
-}
-
-// v converted to D the way ONNX Cast does: float -> integer truncates toward
-// zero (NaN gives 0, values beyond int64 saturate, narrower integers wrap as
-// the C conversion from int64 does); -> bool is done by the caller.
-template <class D, class S> D convertNumber(S v) {
-  if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
-    if (std::isnan(v)) return D(0);
-    if constexpr (std::is_unsigned_v<D> && sizeof(D) == 8) {
-      if (v >= S(18446744073709551616.0)) return ~D(0);
-      if (v >= 0) return D(v);
-    }
-    if (v >= S(9223372036854775807.0)) return D(INT64_MAX);
-    if (v <= S(-9223372036854775807.0)) return D(INT64_MIN);
-    return D(int64_t(v));
-  } else {
-    return D(v);
-  }
 }
 
 // Kernel families, registered by registerElementwiseKernels().

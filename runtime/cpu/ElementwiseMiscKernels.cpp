@@ -1,6 +1,7 @@
 // Cast, CastLike, Where, Clip, Identity and Dropout (inference).
 #include "runtime/cpu/ElementwiseCommon.h"
 #include "runtime/cpu/ElementwiseKernels.h"
+#include "runtime/cpu/UnaryOps.h"
 
 #include <cstring>
 #include <limits>
@@ -88,8 +89,8 @@ llvm::Error whereKernel(KernelContext &ctx) {
   return llvm::Error::success();
 }
 
-// Clip(x, min?, max?): min and max are optional scalars of x's type. With
-// min > max every element becomes max (numpy.clip). NaN passes through.
+// Clip(x, min?, max?): min and max are optional scalars of x's type; the rule
+// per element is clipValue (UnaryOps.h).
 llvm::Error clipKernel(KernelContext &ctx) {
   if (hasHalfLike(ctx)) return runViaF32(ctx, clipKernel);
   auto x = requireInput("Clip", ctx, 0);
@@ -107,10 +108,7 @@ llvm::Error clipKernel(KernelContext &ctx) {
     using T = typename decltype(tag)::type;
     const T low = lo ? *lo->data<T>() : std::numeric_limits<T>::lowest();
     const T high = hi ? *hi->data<T>() : std::numeric_limits<T>::max();
-    unaryLoop((*x)->data<T>(), out.data<T>(), out.numel(), [low, high](T v) {
-      T r = v < low ? low : v;
-      return high < r ? high : r;
-    });
+    unaryLoop((*x)->data<T>(), out.data<T>(), out.numel(), [low, high](T v) { return clipValue(v, low, high); });
   });
   if (!ok) return unsupportedType("Clip", out.dtype(), typeSetName(kNumeric));
   return llvm::Error::success();

@@ -1,19 +1,15 @@
 #pragma once
 // Pow on integers, written once for the CPU kernels and the CUDA kernels
-// (runtime/cuda/ElementwiseKernels.cu compiles it for the device).
-#include <type_traits>
+// (BinaryOps.h's PowOp, which both compile).
+#include "runtime/cpu/HostDevice.h"
 
-#ifdef __CUDACC__
-#define MEGAC_HOST_DEVICE __host__ __device__
-#else
-#define MEGAC_HOST_DEVICE
-#endif
+#include <type_traits>
 
 namespace megac::cpu {
 
 // Integer power by squaring, wrapping as unsigned arithmetic does; negative
 // exponents give 1/base^-e truncated (so 0 unless base is 1 or -1).
-template <class T> MEGAC_HOST_DEVICE T intPow(T base, T exp) {
+template <class T> MEGAC_HD_INLINE T intPow(T base, T exp) {
   if constexpr (std::is_signed_v<T>) {
     if (exp < 0) {
       if (base == 1) return T(1);

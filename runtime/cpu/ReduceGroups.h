@@ -8,6 +8,7 @@
 // through the groups.
 #include "runtime/core/Tensor.h"
 
+#include <string>
 #include <vector>
 
 namespace megac::cpu {
@@ -37,6 +38,21 @@ inline ReduceGroups groupReduceDims(const Shape &shape, const std::vector<bool> 
   if (first < r.groups.size() && !r.groups[first].reduced) r.inner = r.groups[first++].extent;
   r.blocked = first == r.groups.size();
   return r;
+}
+
+// The dims an ONNX Reduce* op reduces: those `axes` names (negative ones
+// count from the end), or every dim when it names none. Returns "" with
+// `reduced` set, or what is wrong with an axis (out of range, repeated).
+inline std::string reducedDimsFromAxes(int64_t rank, const std::vector<int64_t> &axes, std::vector<bool> &reduced) {
+  reduced.assign(size_t(rank), axes.empty());
+  for (int64_t ax : axes) {
+    if (ax < -rank || ax >= rank)
+      return "axis " + std::to_string(ax) + " is out of range for rank " + std::to_string(rank);
+    int64_t d = ax < 0 ? ax + rank : ax;
+    if (reduced[size_t(d)]) return "axis " + std::to_string(ax) + " is repeated";
+    reduced[size_t(d)] = true;
+  }
+  return "";
 }
 
 } // namespace megac::cpu

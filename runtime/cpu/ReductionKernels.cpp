@@ -7,6 +7,7 @@
 #include "runtime/cpu/HalfFloat.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/cpu/ReduceGroups.h"
+#include "runtime/cpu/ReduceOps.h"
 
 #include <cmath>
 #include <cstring>
@@ -16,6 +17,8 @@
 namespace megac::cpu {
 
 namespace {
+
+using namespace reduce; // the rules both backends share
 
 // --- How the input is traversed ---
 
@@ -57,21 +60,6 @@ ReducePlan planReduce(const Shape &shape, const std::vector<bool> &reduced) {
   p.outBase = offsets(false);
   p.redOffset = offsets(true);
   return p;
-}
-
-// --- Arithmetic: integers wrap around instead of overflowing ---
-
-template <class Acc> Acc wrapAdd(Acc a, Acc b) {
-  if constexpr (std::is_integral_v<Acc>) return Acc(uint64_t(a) + uint64_t(b));
-  else return a + b;
-}
-template <class Acc> Acc wrapMul(Acc a, Acc b) {
-  if constexpr (std::is_integral_v<Acc>) return Acc(uint64_t(a) * uint64_t(b));
-  else return a * b;
-}
-template <class Acc> bool isNaN(Acc a) {
-  if constexpr (std::is_floating_point_v<Acc>) return std::isnan(a);
-  else return false;
 }
 
 // Runs result[o] = combine over the reduced elements r of term(x[o, r], o),
@@ -129,26 +117,11 @@ void reduceCore(const ReducePlan &p, const T *x, Acc identity, Term term, Combin
   });
 }
 
-enum class ReduceKind { Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp };
-
 // L2, LogSum and LogSumExp need real arithmetic even on integer inputs.
 template <class T, ReduceKind K>
 using ReduceAcc = std::conditional_t<std::is_floating_point_v<T> || K == ReduceKind::L2 || K == ReduceKind::LogSum ||
                                          K == ReduceKind::LogSumExp,
                                      double, int64_t>;
-
-template <class T, class Acc> Acc maxIdentity() {
-  if constexpr (std::is_floating_point_v<T>) return -std::numeric_limits<Acc>::infinity();
-  else return Acc(std::numeric_limits<T>::lowest());
-}
-template <class T, class Acc> Acc minIdentity() {
-  if constexpr (std::is_floating_point_v<T>) return std::numeric_limits<Acc>::infinity();
-  else return Acc(std::numeric_limits<T>::max());
-}
-
-// NaN wins, as in numpy.
-template <class Acc> Acc maxCombine(Acc a, Acc b) { return (b > a || isNaN(b)) && !isNaN(a) ? b : a; }
-template <class Acc> Acc minCombine(Acc a, Acc b) { return (b < a || isNaN(b)) && !isNaN(a) ? b : a; }
 
 template <class T, ReduceKind K> void reduceTyped(const ReducePlan &p, const T *x, T *y) {
   using Acc = ReduceAcc<T, K>;
@@ -157,11 +130,8 @@ template <class T, ReduceKind K> void reduceTyped(const ReducePlan &p, const T *
   std::vector<Acc> acc(static_cast<size_t>(n));
   auto add = [](Acc a, Acc b) { return wrapAdd(a, b); };
   auto value = [](T v, int64_t) { return Acc(v); };
-  auto square = [](T v, int64_t) { return wrapMul(Acc(v), Acc(v)); };
-  auto magnitude = [](T v, int64_t) {
-    if constexpr (std::is_signed_v<T> || std::is_floating_point_v<T>) return Acc(v < 0 ? -Acc(v) : Acc(v));
-    else return Acc(v);
-  };
+  auto square = [](T v, int64_t) { return reduce::square<Acc>(v); };
+  auto magnitude = [](T v, int64_t) { return reduce::magnitude<Acc>(v); };
   auto maxOf = [](Acc a, Acc b) { return maxCombine(a, b); };
   auto minOf = [](Acc a, Acc b) { return minCombine(a, b); };
   if constexpr (K == ReduceKind::Sum || K == ReduceKind::Mean || K == ReduceKind::LogSum) {
@@ -189,11 +159,8 @@ template <class T, ReduceKind K> void reduceTyped(const ReducePlan &p, const T *
   const int64_t count = p.redCount;
   for (int64_t o = 0; o < n; ++o) {
     Acc a = acc[size_t(o)];
-    if constexpr (K == ReduceKind::Mean) {
-      if constexpr (std::is_integral_v<Acc>) a = count ? a / count : 0;
-      else a = a / double(count);
-    }
-    if constexpr (K == ReduceKind::L2) a = std::sqrt(a);
+    if constexpr (K == ReduceKind::Mean) a = meanOf(a, count);
+    if constexpr (K == ReduceKind::L2) a = math::sqrt(a);
     if constexpr (K == ReduceKind::LogSum) a = std::log(a);
     y[o] = T(a);
   }
@@ -209,36 +176,11 @@ llvm::Expected<std::vector<bool>> reducedDims(llvm::StringRef op, const KernelCo
       return kernelError(op, "axes must be an int64 tensor");
     axes = a->toInt64Vector();
   }
-  noop = false;
-  std::vector<bool> reduced(size_t(rank), axes.empty());
-  if (axes.empty()) {
-    noop = ctx.attrs.getInt("noop_with_empty_axes", 0) != 0;
-    return reduced;
-  }
-  for (int64_t ax : axes) {
-    if (ax < -rank || ax >= rank)
-      return kernelError(op, "axis " + llvm::Twine(ax) + " is out of range for rank " + llvm::Twine(rank));
-    int64_t d = ax < 0 ? ax + rank : ax;
-    if (reduced[size_t(d)]) return kernelError(op, "axis " + llvm::Twine(ax) + " is repeated");
-    reduced[size_t(d)] = true;
-  }
+  noop = axes.empty() && ctx.attrs.getInt("noop_with_empty_axes", 0) != 0;
+  std::vector<bool> reduced;
+  std::string bad = reducedDimsFromAxes(rank, axes, reduced);
+  if (!bad.empty()) return kernelError(op, bad);
   return reduced;
-}
-
-template <ReduceKind K> constexpr const char *reduceName() {
-  switch (K) {
-  case ReduceKind::Sum: return "ReduceSum";
-  case ReduceKind::Mean: return "ReduceMean";
-  case ReduceKind::Max: return "ReduceMax";
-  case ReduceKind::Min: return "ReduceMin";
-  case ReduceKind::Prod: return "ReduceProd";
-  case ReduceKind::SumSquare: return "ReduceSumSquare";
-  case ReduceKind::L1: return "ReduceL1";
-  case ReduceKind::L2: return "ReduceL2";
-  case ReduceKind::LogSum: return "ReduceLogSum";
-  case ReduceKind::LogSumExp: return "ReduceLogSumExp";
-  }
-  return "Reduce";
 }
 
 template <ReduceKind K> llvm::Error reduceKernel(KernelContext &ctx) {

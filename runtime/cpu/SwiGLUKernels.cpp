@@ -1,10 +1,9 @@
 // megac.SwiGLU(G, U) = G * sigmoid(G) * U and megac.SwiGLUGrad(dY, G, U) ->
 // (dG, dU) (ir/ops/SwiGLUOps.cpp): f32 and f64, f16/bf16 through f32. Flat
-// loops over equal shapes, split over threads; sigmoid as 1 / (1 + exp(-g)),
-// which saturates to 0 or 1 without NaN, so the loops stay branch-free.
+// loops over equal shapes, split over threads. The formulas are in
+// SwiGLUMath.h.
 #include "runtime/cpu/ElementwiseCommon.h"
-
-#include <cmath>
+#include "runtime/cpu/SwiGLUMath.h"
 
 namespace megac::cpu {
 
@@ -19,8 +18,6 @@ using elementwise::runViaF32;
 Tensor *outputOrNull(const KernelContext &c, size_t i) {
   return i < c.outputs.size() && c.outputs[i] && c.outputs[i]->defined() ? c.outputs[i] : nullptr;
 }
-
-template <class T> inline T sigmoid(T g) { return T(1) / (T(1) + std::exp(-g)); }
 
 // The inputs (n of them) and outputs must all have G's dtype and shape.
 llvm::Error checkOperands(llvm::StringRef op, const KernelContext &c, size_t n, size_t outs) {
@@ -49,7 +46,7 @@ llvm::Error swiglu(KernelContext &c) {
     const T *g = gt.data<T>(), *u = ut.data<T>();
     T *y = yt.data<T>();
     parallelFor(yt.numel(), 16, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) y[i] = g[i] * sigmoid(g[i]) * u[i];
+      for (int64_t i = b; i < e; ++i) y[i] = swigluValue(g[i], u[i]);
     });
   });
   if (!ok) return elementwise::unsupportedType(op, gt.dtype(), "floating-point tensors");
@@ -70,17 +67,14 @@ llvm::Error swigluGrad(KernelContext &c) {
     parallelFor(gt.numel(), 24, [&](int64_t b, int64_t e) {
       if (dg && du) {
         for (int64_t i = b; i < e; ++i) {
-          T s = sigmoid(g[i]);
-          dg[i] = dy[i] * u[i] * s * (T(1) + g[i] * (T(1) - s));
-          du[i] = dy[i] * g[i] * s;
+          T s = swigluSigmoid(g[i]);
+          dg[i] = swigluGradG(dy[i], g[i], u[i], s);
+          du[i] = swigluGradU(dy[i], g[i], s);
         }
       } else if (dg) {
-        for (int64_t i = b; i < e; ++i) {
-          T s = sigmoid(g[i]);
-          dg[i] = dy[i] * u[i] * s * (T(1) + g[i] * (T(1) - s));
-        }
+        for (int64_t i = b; i < e; ++i) dg[i] = swigluGradG(dy[i], g[i], u[i], swigluSigmoid(g[i]));
       } else if (du) {
-        for (int64_t i = b; i < e; ++i) du[i] = dy[i] * g[i] * sigmoid(g[i]);
+        for (int64_t i = b; i < e; ++i) du[i] = swigluGradU(dy[i], g[i], swigluSigmoid(g[i]));
       }
     });
   });

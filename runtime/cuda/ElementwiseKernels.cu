@@ -1,7 +1,7 @@
-// CUDA kernels of the elementwise ops, with the semantics of the CPU kernels in
-// runtime/cpu/Elementwise*Kernels.cpp: binary ops with ONNX multidirectional
+// CUDA kernels of the elementwise ops: binary ops with ONNX multidirectional
 // broadcasting, unary ops, Where, Cast, Clip, Identity, Dropout (inference)
-// and megac.GeluGrad.
+// and megac.GeluGrad. The ops' formulas are the CPU kernels' own
+// (runtime/cpu/UnaryOps.h, BinaryOps.h), compiled for the device.
 //
 // Two launch paths:
 //  - flat: every input is either the output's shape or a single element;
@@ -14,7 +14,11 @@
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/ElementwiseIndexing.cuh"
 #include "runtime/cuda/GpuKernel.h"
-#include "runtime/cpu/IntPow.h"
+#include "runtime/cpu/BinaryOps.h"
+#include "runtime/cpu/Broadcast.h"
+#include "runtime/cpu/ConvertNumber.h"
+#include "runtime/cpu/ScalarMath.h"
+#include "runtime/cpu/UnaryOps.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -55,6 +59,20 @@ enum TypeBits : unsigned {
   kSignedArith = kFloat | kI32 | kI64,
   kCastable = kFloat | kF16 | kBF16 | kI8 | kI32 | kI64 | kU8 | kBool,
 };
+
+// The op semantics shared with the CPU kernels.
+namespace ops = cpu::elementwise;
+
+// The dtypes of the kernels library's type sets (runtime/cpu/TypeSets.h)
+// that `built` lists: unary ops are built for f32, f64 and the index types,
+// binary ops for f32 (activations are f32 on the GPU) and the index types.
+constexpr unsigned kUnaryBuilt = kFloat | kI32 | kI64 | kBool;
+constexpr unsigned kBinaryBuilt = kF32 | kI32 | kI64 | kBool;
+constexpr unsigned builtTypes(unsigned sets, unsigned built) {
+  unsigned bits = ((sets & ops::kFloat) ? kFloat : 0u) | ((sets & ops::kSignedInt) ? kI8 | kI32 | kI64 : 0u) |
+                  ((sets & ops::kUnsignedInt) ? kU8 : 0u) | ((sets & ops::kBool) ? kBool : 0u);
+  return bits & built;
+}
 
 std::string typeSetName(unsigned set) {
   static const std::pair<unsigned, const char *> names[] = {
@@ -99,31 +117,6 @@ template <class Fn> llvm::Error dispatchBySize(DType t, llvm::StringRef op, Fn &
   default: return gpuKernelError(op, llvm::Twine("unsupported element type ") + dtypeName(t));
   }
 }
-
-// ---------------------------------------------------------------------------
-// Device math: float and double overloads of the libm functions.
-
-namespace dm {
-#define MEGAC_DMATH(NAME, F32NAME)                                                                            \
-  __device__ __forceinline__ float NAME(float x) { return ::F32NAME(x); }                                     \
-  __device__ __forceinline__ double NAME(double x) { return ::NAME(x); }
-MEGAC_DMATH(sqrt, sqrtf)
-MEGAC_DMATH(exp, expf)
-MEGAC_DMATH(expm1, expm1f)
-MEGAC_DMATH(log, logf)
-MEGAC_DMATH(log1p, log1pf)
-MEGAC_DMATH(cos, cosf)
-MEGAC_DMATH(sin, sinf)
-MEGAC_DMATH(tanh, tanhf)
-MEGAC_DMATH(erf, erff)
-MEGAC_DMATH(floor, floorf)
-MEGAC_DMATH(ceil, ceilf)
-MEGAC_DMATH(rint, rintf)
-MEGAC_DMATH(fabs, fabsf)
-#undef MEGAC_DMATH
-__device__ __forceinline__ float pow(float x, float y) { return ::powf(x, y); }
-__device__ __forceinline__ double pow(double x, double y) { return ::pow(x, y); }
-} // namespace dm
 
 // ---------------------------------------------------------------------------
 // Kernels
@@ -219,14 +212,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---------------------------------------------------------------------------
 // Host side: broadcasting and launches
-
-bool broadcastsTo(const Shape &in, const Shape &out) {
-  if (in.size() > out.size()) return false;
-  size_t lead = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i)
-    if (in[i] != out[lead + i] && in[i] != 1) return false;
-  return true;
-}
 
 // The iteration space of `out` with each input's element strides (0 where it
 // is broadcast). Output dims of size 1 are dropped and adjacent dims that
@@ -335,7 +320,7 @@ llvm::Error launchElementwise(llvm::StringRef op, cudaStream_t stream, const F &
   bool flat = true;
   for (int k = 0; k < N; ++k) {
     const DeviceTensor *t = ins[size_t(k)];
-    if (!broadcastsTo(t->shape, out.shape))
+    if (!cpu::broadcastsTo(t->shape, out.shape))
       return gpuKernelError(op, "input " + llvm::Twine(k) + " of shape " + shapeToString(t->shape) +
                                     " does not broadcast to the output shape " + shapeToString(out.shape));
     if (t->numel() != n && t->numel() != 1) flat = false;
@@ -381,58 +366,6 @@ llvm::Error copyDevice(llvm::StringRef op, GpuKernelContext &ctx, const DeviceTe
 // ---------------------------------------------------------------------------
 // Binary ops
 
-// -x with wrap-around for the most negative integer.
-template <class T> __device__ __forceinline__ T wrapNeg(T x) {
-  using U = std::make_unsigned_t<T>;
-  return T(U(0) - U(x));
-}
-
-// Each op: name, accepted types, whether the result is bool, a constructor
-// from the attributes and a __device__ operator().
-#define MEGAC_BINARY(NAME, TYPES, BOOL_RESULT, EXPR)                                                          \
-  struct NAME##Op {                                                                                           \
-    static constexpr const char *name = #NAME;                                                                \
-    static constexpr unsigned types = TYPES;                                                                  \
-    static constexpr bool boolResult = BOOL_RESULT;                                                           \
-    static constexpr int kArity = 2;                                                                          \
-    explicit NAME##Op(const Attrs &) {}                                                                       \
-    template <class T> __device__ __forceinline__ auto operator()(T a, T b) const { return EXPR; }            \
-  };
-
-MEGAC_BINARY(Add, kArith, false, T(a + b))
-MEGAC_BINARY(Sub, kArith, false, T(a - b))
-MEGAC_BINARY(Mul, kArith, false, T(a * b))
-// NaN propagates, as numpy's maximum / minimum (and the CPU kernels).
-MEGAC_BINARY(Max, kArith, false, (b != b ? b : (a < b ? b : a)))
-MEGAC_BINARY(Min, kArith, false, (b != b ? b : (b < a ? b : a)))
-MEGAC_BINARY(Equal, kArith | kBool, true, uint8_t(a == b))
-MEGAC_BINARY(Less, kArith, true, uint8_t(a < b))
-MEGAC_BINARY(LessOrEqual, kArith, true, uint8_t(a <= b))
-MEGAC_BINARY(Greater, kArith, true, uint8_t(a > b))
-MEGAC_BINARY(GreaterOrEqual, kArith, true, uint8_t(a >= b))
-MEGAC_BINARY(And, kBool, false, T((a != 0) & (b != 0)))
-MEGAC_BINARY(Or, kBool, false, T((a != 0) | (b != 0)))
-MEGAC_BINARY(Xor, kBool, false, T((a != 0) ^ (b != 0)))
-#undef MEGAC_BINARY
-
-// Integer division truncates toward zero; x / 0 gives 0 (as the CPU kernel).
-struct DivOp {
-  static constexpr const char *name = "Div";
-  static constexpr unsigned types = kArith;
-  static constexpr bool boolResult = false;
-  static constexpr int kArity = 2;
-  explicit DivOp(const Attrs &) {}
-  template <class T> __device__ __forceinline__ T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) {
-      return a / b;
-    } else {
-      if (b == 0) return T(0);
-      if (b == T(-1)) return wrapNeg(a);
-      return T(a / b);
-    }
-  }
-};
-
 template <class Op> llvm::Error binaryKernel(GpuKernelContext &ctx) {
   if (auto e = requireInputs(Op::name, ctx, 2)) return e;
   const DeviceTensor &a = *ctx.input(0), &b = *ctx.input(1);
@@ -445,7 +378,7 @@ template <class Op> llvm::Error binaryKernel(GpuKernelContext &ctx) {
     return gpuKernelError(Op::name, llvm::Twine("the output must be ") + dtypeName(want) + ", not " +
                                         dtypeName(out.dtype));
   const Op op(ctx.attrs);
-  return dispatchType<Op::types>(a.dtype, Op::name, [&](auto tag) {
+  return dispatchType<builtTypes(Op::types, kBinaryBuilt)>(a.dtype, Op::name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     using R = std::conditional_t<Op::boolResult, uint8_t, T>;
     return launchElementwise<R, T, T>(Op::name, ctx.gpu.stream, op, out, {&a, &b});
@@ -458,42 +391,10 @@ struct CopyOp {
   template <class T> __device__ __forceinline__ T operator()(T x) const { return x; }
 };
 
-struct ScaleByInverseOp {
-  static constexpr int kArity = 1;
-  double n;
-  template <class T> __device__ __forceinline__ T operator()(T v) const { return T(v / T(n)); }
-};
-
-// The variadic ops: a name, the types and the binary functor folded over the inputs.
-struct MaxDesc {
-  static constexpr const char *name = "Max";
-  static constexpr unsigned types = kArith;
-  static constexpr bool isMean = false;
-  using Fn = MaxOp;
-};
-struct MinDesc {
-  static constexpr const char *name = "Min";
-  static constexpr unsigned types = kArith;
-  static constexpr bool isMean = false;
-  using Fn = MinOp;
-};
-struct SumDesc {
-  static constexpr const char *name = "Sum";
-  static constexpr unsigned types = kArith;
-  static constexpr bool isMean = false;
-  using Fn = AddOp;
-};
-struct MeanDesc {
-  static constexpr const char *name = "Mean";
-  static constexpr unsigned types = kF32;
-  static constexpr bool isMean = true;
-  using Fn = AddOp;
-};
-
 // Max, Min, Sum, Mean over 1 or more inputs, folded left to right into the
 // output (each step broadcasts the next input to the output), as the CPU.
-template <class Desc> llvm::Error variadicKernel(GpuKernelContext &ctx) {
-  const char *name = Desc::name;
+template <class Op> llvm::Error variadicKernel(GpuKernelContext &ctx) {
+  const char *name = Op::name;
   if (ctx.numInputs() == 0) return gpuKernelError(name, "needs at least one input");
   if (auto e = requireInputs(name, ctx, ctx.numInputs())) return e;
   DeviceTensor &out = *ctx.output(0);
@@ -501,9 +402,9 @@ template <class Desc> llvm::Error variadicKernel(GpuKernelContext &ctx) {
     if (in->dtype != out.dtype)
       return gpuKernelError(name, llvm::Twine("inputs have different element types (") + dtypeName(in->dtype) +
                                       " and " + dtypeName(out.dtype) + ")");
-  const typename Desc::Fn op(ctx.attrs);
+  const Op op(ctx.attrs);
   cudaStream_t s = ctx.gpu.stream;
-  return dispatchType<Desc::types>(out.dtype, name, [&](auto tag) -> llvm::Error {
+  return dispatchType<builtTypes(Op::types, kBinaryBuilt)>(out.dtype, name, [&](auto tag) -> llvm::Error {
     using T = typename decltype(tag)::type;
     if (ctx.numInputs() == 1) {
       if (auto e = launchElementwise<T, T>(name, s, CopyOp{}, out, {ctx.input(0)})) return e;
@@ -512,27 +413,21 @@ template <class Desc> llvm::Error variadicKernel(GpuKernelContext &ctx) {
       for (size_t i = 2; i < ctx.numInputs(); ++i)
         if (auto e = launchElementwise<T, T, T>(name, s, op, out, {&out, ctx.input(i)})) return e;
     }
-    if constexpr (Desc::isMean)
-      return launchMap<T, T>(name, s, ScaleByInverseOp{double(ctx.numInputs())}, out, {&out});
+    if constexpr (Op::isMean)
+      return launchMap<T, T>(name, s, ops::MeanScaleOp{double(ctx.numInputs())}, out, {&out});
     else
       return llvm::Error::success();
   });
 }
 
 
+// ops::PowOp, with x^2 computed as x * x wherever the exponent is 2.
 struct PowOp {
   static constexpr int kArity = 2;
   template <class T> __device__ __forceinline__ T operator()(T x, T y) const {
-    if constexpr (std::is_floating_point_v<T>) return y == T(2) ? x * x : dm::pow(x, y);
-    else return cpu::intPow(x, y); // runtime/cpu/IntPow.h: the CPU's own
-  }
-};
-
-// A float base with an exponent of another type: computed in double.
-struct PowMixedOp {
-  static constexpr int kArity = 2;
-  template <class T, class E> __device__ __forceinline__ T operator()(T x, E y) const {
-    return T(::pow(double(x), double(y)));
+    if constexpr (std::is_floating_point_v<T>)
+      if (y == T(2)) return x * x;
+    return ops::PowOp{}(x, y);
   }
 };
 
@@ -551,124 +446,13 @@ llvm::Error powKernel(GpuKernelContext &ctx) {
     using T = typename decltype(baseTag)::type;
     return dispatchType<kI32 | kI64>(exponent.dtype, "Pow", [&](auto expTag) {
       using E = typename decltype(expTag)::type;
-      return launchElementwise<T, T, E>("Pow", s, PowMixedOp{}, out, {&base, &exponent});
+      return launchElementwise<T, T, E>("Pow", s, ops::PowMixedOp{}, out, {&base, &exponent});
     });
   });
 }
 
 // ---------------------------------------------------------------------------
 // Unary ops
-
-template <class T> __device__ __forceinline__ T sigmoid(T x) {
-  if (x >= 0) return T(1) / (T(1) + dm::exp(-x));
-  T e = dm::exp(x);
-  return e / (T(1) + e);
-}
-
-// log(1 + exp(x)) without overflow for large x.
-template <class T> __device__ __forceinline__ T softplus(T x) {
-  return x > 0 ? x + dm::log1p(dm::exp(-x)) : dm::log1p(dm::exp(x));
-}
-
-template <class T> __device__ __forceinline__ T absValue(T x) {
-  if constexpr (std::is_floating_point_v<T>) return dm::fabs(x);
-  else return x < 0 ? T(-x) : x;
-}
-
-template <class T> __device__ __forceinline__ T maxOf(T a, T b) { return a < b ? b : a; }
-template <class T> __device__ __forceinline__ T minOf(T a, T b) { return b < a ? b : a; }
-
-#define MEGAC_UNARY(NAME, TYPES, EXPR)                                                                        \
-  struct NAME##Op {                                                                                           \
-    static constexpr const char *name = #NAME;                                                                \
-    static constexpr unsigned types = TYPES;                                                                  \
-    static constexpr int kArity = 1;                                                                          \
-    explicit NAME##Op(const Attrs &) {}                                                                       \
-    template <class T> __device__ __forceinline__ T operator()(T x) const { return EXPR; }                    \
-  };
-
-MEGAC_UNARY(Sqrt, kFloat, dm::sqrt(x))
-MEGAC_UNARY(Reciprocal, kFloat, T(1) / x)
-MEGAC_UNARY(Exp, kFloat, dm::exp(x))
-MEGAC_UNARY(Log, kFloat, dm::log(x))
-MEGAC_UNARY(Cos, kFloat, dm::cos(x))
-MEGAC_UNARY(Sin, kFloat, dm::sin(x))
-MEGAC_UNARY(Tanh, kFloat, dm::tanh(x))
-MEGAC_UNARY(Erf, kFloat, dm::erf(x))
-MEGAC_UNARY(Floor, kFloat, dm::floor(x))
-MEGAC_UNARY(Ceil, kFloat, dm::ceil(x))
-// rint rounds halves to even in the default rounding mode, as ONNX Round wants.
-MEGAC_UNARY(Round, kFloat, dm::rint(x))
-MEGAC_UNARY(Sigmoid, kFloat, sigmoid(x))
-MEGAC_UNARY(Softplus, kFloat, softplus(x))
-MEGAC_UNARY(Softsign, kFloat, x / (T(1) + dm::fabs(x)))
-MEGAC_UNARY(HardSwish, kFloat, x * maxOf(T(0), minOf(T(1), x / T(6) + T(0.5))))
-MEGAC_UNARY(Mish, kFloat, x * dm::tanh(softplus(x)))
-MEGAC_UNARY(Neg, kSignedArith, T(-x))
-// x < 0 rather than max(x, 0): NaN passes through.
-MEGAC_UNARY(Relu, kSignedArith, x < 0 ? T(0) : x)
-MEGAC_UNARY(Abs, kSignedArith, absValue(x))
-MEGAC_UNARY(Sign, kSignedArith, x > 0 ? T(1) : x < 0 ? T(-1) : x)
-MEGAC_UNARY(Not, kBool, T(x == 0))
-#undef MEGAC_UNARY
-
-struct GeluOp {
-  static constexpr const char *name = "Gelu";
-  static constexpr unsigned types = kFloat;
-  static constexpr int kArity = 1;
-  bool tanhApprox;
-  explicit GeluOp(const Attrs &a) : tanhApprox(a.getString("approximate", "none") == "tanh") {}
-  template <class T> __device__ __forceinline__ T operator()(T x) const {
-    if (tanhApprox) {
-      const T k = T(0.7978845608028654); // sqrt(2 / pi)
-      return T(0.5) * x * (T(1) + dm::tanh(k * (x + T(0.044715) * x * x * x)));
-    }
-    return T(0.5) * x * (T(1) + dm::erf(x * T(0.7071067811865476)));
-  }
-};
-
-struct LeakyReluOp {
-  static constexpr const char *name = "LeakyRelu";
-  static constexpr unsigned types = kFloat;
-  static constexpr int kArity = 1;
-  double alpha;
-  explicit LeakyReluOp(const Attrs &a) : alpha(a.getFloat("alpha", 0.01f)) {}
-  template <class T> __device__ __forceinline__ T operator()(T x) const { return x < 0 ? T(alpha) * x : x; }
-};
-
-struct EluOp {
-  static constexpr const char *name = "Elu";
-  static constexpr unsigned types = kFloat;
-  static constexpr int kArity = 1;
-  double alpha;
-  explicit EluOp(const Attrs &a) : alpha(a.getFloat("alpha", 1.0f)) {}
-  template <class T> __device__ __forceinline__ T operator()(T x) const {
-    return x < 0 ? T(alpha) * dm::expm1(x) : x;
-  }
-};
-
-struct SeluOp {
-  static constexpr const char *name = "Selu";
-  static constexpr unsigned types = kFloat;
-  static constexpr int kArity = 1;
-  double alpha, gamma;
-  explicit SeluOp(const Attrs &a)
-      : alpha(a.getFloat("alpha", 1.67326319217681884765625f)), gamma(a.getFloat("gamma", 1.05070102214813232421875f)) {}
-  template <class T> __device__ __forceinline__ T operator()(T x) const {
-    return x <= 0 ? T(gamma) * (T(alpha) * dm::exp(x) - T(alpha)) : T(gamma) * x;
-  }
-};
-
-struct HardSigmoidOp {
-  static constexpr const char *name = "HardSigmoid";
-  static constexpr unsigned types = kFloat;
-  static constexpr int kArity = 1;
-  double alpha, beta;
-  explicit HardSigmoidOp(const Attrs &a) : alpha(a.getFloat("alpha", 0.2f)), beta(a.getFloat("beta", 0.5f)) {}
-  template <class T> __device__ __forceinline__ T operator()(T x) const {
-    return maxOf(T(0), minOf(T(1), T(alpha) * x + T(beta)));
-  }
-};
 
 template <class Op> llvm::Error unaryKernel(GpuKernelContext &ctx) {
   if (auto e = requireInputs(Op::name, ctx, 1)) return e;
@@ -677,31 +461,11 @@ template <class Op> llvm::Error unaryKernel(GpuKernelContext &ctx) {
   if (x.dtype != y.dtype || x.shape != y.shape)
     return gpuKernelError(Op::name, "the output must have the input's type and shape");
   const Op op(ctx.attrs);
-  return dispatchType<Op::types>(x.dtype, Op::name, [&](auto tag) {
+  return dispatchType<builtTypes(Op::types, kUnaryBuilt)>(x.dtype, Op::name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launchMap<T, T>(Op::name, ctx.gpu.stream, op, y, {&x});
   });
 }
-
-// Float predicates with a bool result.
-struct IsNaNOp {
-  static constexpr const char *name = "IsNaN";
-  static constexpr int kArity = 1;
-  explicit IsNaNOp(const Attrs &) {}
-  template <class T> __device__ __forceinline__ uint8_t operator()(T x) const { return x != x; }
-};
-
-struct IsInfOp {
-  static constexpr const char *name = "IsInf";
-  static constexpr int kArity = 1;
-  bool negative, positive;
-  explicit IsInfOp(const Attrs &a)
-      : negative(a.getInt("detect_negative", 1) != 0), positive(a.getInt("detect_positive", 1) != 0) {}
-  template <class T> __device__ __forceinline__ uint8_t operator()(T x) const {
-    const bool inf = dm::fabs(x) > std::numeric_limits<T>::max();
-    return inf && (x > 0 ? positive : negative);
-  }
-};
 
 template <class Op> llvm::Error predicateKernel(GpuKernelContext &ctx) {
   if (auto e = requireInputs(Op::name, ctx, 1)) return e;
@@ -710,7 +474,7 @@ template <class Op> llvm::Error predicateKernel(GpuKernelContext &ctx) {
   if (y.dtype != DType::Bool || x.shape != y.shape)
     return gpuKernelError(Op::name, "the output must be a bool tensor of the input's shape");
   const Op op(ctx.attrs);
-  return dispatchType<kFloat>(x.dtype, Op::name, [&](auto tag) {
+  return dispatchType<builtTypes(Op::types, kUnaryBuilt)>(x.dtype, Op::name, [&](auto tag) {
     using T = typename decltype(tag)::type;
     return launchMap<uint8_t, T>(Op::name, ctx.gpu.stream, op, y, {&x});
   });
@@ -723,12 +487,12 @@ struct GeluGradOp {
   template <class T> __device__ __forceinline__ T operator()(T dy, T x) const {
     if (tanhApprox) {
       const T k = T(0.7978845608028654), a = T(0.044715);
-      T t = dm::tanh(k * (x + a * x * x * x));
+      T t = cpu::math::tanh(k * (x + a * x * x * x));
       T du = k * (T(1) + T(3) * a * x * x);
       return dy * (T(0.5) * (T(1) + t) + T(0.5) * x * (T(1) - t * t) * du);
     }
-    T cdf = T(0.5) * (T(1) + dm::erf(x * T(0.7071067811865476)));
-    T pdf = dm::exp(T(-0.5) * x * x) * T(0.3989422804014327); // 1 / sqrt(2 pi)
+    T cdf = T(0.5) * (T(1) + cpu::math::erf(x * T(0.7071067811865476)));
+    T pdf = cpu::math::exp(T(-0.5) * x * x) * T(0.3989422804014327); // 1 / sqrt(2 pi)
     return dy * (cdf + x * pdf);
   }
 };
@@ -753,22 +517,6 @@ llvm::Error geluGradKernel(GpuKernelContext &ctx) {
 // ---------------------------------------------------------------------------
 // Cast, Where, Clip, Identity, Dropout
 
-// v converted to D as ONNX Cast does (and the CPU's convertNumber): float ->
-// integer truncates toward zero, NaN gives 0, values beyond int64 saturate,
-// narrower integers wrap as the C conversion from int64 does.
-template <class D, class S> __device__ __forceinline__ D convertNumber(S v) {
-  if constexpr (std::is_floating_point_v<S> && std::is_integral_v<D>) {
-    if (v != v) return D(0);
-    int64_t i;
-    if (v >= S(9223372036854775807.0)) i = std::numeric_limits<int64_t>::max();
-    else if (v <= S(-9223372036854775807.0)) i = std::numeric_limits<int64_t>::min();
-    else i = int64_t(v);
-    return static_cast<D>(i);
-  } else {
-    return static_cast<D>(v);
-  }
-}
-
 // f16/bf16 convert through f32 (as the CPU, which widens them to f32 tensors first).
 template <class D, bool ToBool, class S> __device__ __forceinline__ D castValue(S v) {
   if constexpr (std::is_same_v<S, __half>) return castValue<D, ToBool>(__half2float(v));
@@ -776,7 +524,7 @@ template <class D, bool ToBool, class S> __device__ __forceinline__ D castValue(
   else if constexpr (ToBool) return D(v != S(0));
   else if constexpr (std::is_same_v<D, __half>) return __float2half_rn(float(v));
   else if constexpr (std::is_same_v<D, __nv_bfloat16>) return __float2bfloat16_rn(float(v));
-  else return convertNumber<D>(v);
+  else return ops::convertNumber<D>(v);
 }
 
 template <class D, bool ToBool> struct CastOp {
@@ -828,8 +576,7 @@ template <class T> struct ClipOp {
   T lowDefault, highDefault;
   __device__ __forceinline__ T operator()(T v) const {
     const T low = lo ? *lo : lowDefault, high = hi ? *hi : highDefault;
-    T r = v < low ? low : v;
-    return high < r ? high : r;
+    return ops::clipValue(v, low, high);
   }
 };
 
@@ -892,52 +639,52 @@ namespace megac::cuda {
 using namespace elementwise;
 
 void registerElementwiseGpuKernels() {
-  registerGpuKernel("Add", binaryKernel<AddOp>);
-  registerGpuKernel("Sub", binaryKernel<SubOp>);
-  registerGpuKernel("Mul", binaryKernel<MulOp>);
-  registerGpuKernel("Div", binaryKernel<DivOp>);
+  registerGpuKernel("Add", binaryKernel<ops::AddOp>);
+  registerGpuKernel("Sub", binaryKernel<ops::SubOp>);
+  registerGpuKernel("Mul", binaryKernel<ops::MulOp>);
+  registerGpuKernel("Div", binaryKernel<ops::DivOp>);
   registerGpuKernel("Pow", powKernel);
-  registerGpuKernel("Max", variadicKernel<MaxDesc>);
-  registerGpuKernel("Min", variadicKernel<MinDesc>);
-  registerGpuKernel("Sum", variadicKernel<SumDesc>);
-  registerGpuKernel("Mean", variadicKernel<MeanDesc>);
-  registerGpuKernel("Equal", binaryKernel<EqualOp>);
-  registerGpuKernel("Less", binaryKernel<LessOp>);
-  registerGpuKernel("LessOrEqual", binaryKernel<LessOrEqualOp>);
-  registerGpuKernel("Greater", binaryKernel<GreaterOp>);
-  registerGpuKernel("GreaterOrEqual", binaryKernel<GreaterOrEqualOp>);
-  registerGpuKernel("And", binaryKernel<AndOp>);
-  registerGpuKernel("Or", binaryKernel<OrOp>);
-  registerGpuKernel("Xor", binaryKernel<XorOp>);
+  registerGpuKernel("Max", variadicKernel<ops::MaxOp>);
+  registerGpuKernel("Min", variadicKernel<ops::MinOp>);
+  registerGpuKernel("Sum", variadicKernel<ops::SumOp>);
+  registerGpuKernel("Mean", variadicKernel<ops::MeanOp>);
+  registerGpuKernel("Equal", binaryKernel<ops::EqualOp>);
+  registerGpuKernel("Less", binaryKernel<ops::LessOp>);
+  registerGpuKernel("LessOrEqual", binaryKernel<ops::LessOrEqualOp>);
+  registerGpuKernel("Greater", binaryKernel<ops::GreaterOp>);
+  registerGpuKernel("GreaterOrEqual", binaryKernel<ops::GreaterOrEqualOp>);
+  registerGpuKernel("And", binaryKernel<ops::AndOp>);
+  registerGpuKernel("Or", binaryKernel<ops::OrOp>);
+  registerGpuKernel("Xor", binaryKernel<ops::XorOp>);
 
-  registerGpuKernel("Sqrt", unaryKernel<SqrtOp>);
-  registerGpuKernel("Reciprocal", unaryKernel<ReciprocalOp>);
-  registerGpuKernel("Exp", unaryKernel<ExpOp>);
-  registerGpuKernel("Log", unaryKernel<LogOp>);
-  registerGpuKernel("Cos", unaryKernel<CosOp>);
-  registerGpuKernel("Sin", unaryKernel<SinOp>);
-  registerGpuKernel("Tanh", unaryKernel<TanhOp>);
-  registerGpuKernel("Erf", unaryKernel<ErfOp>);
-  registerGpuKernel("Floor", unaryKernel<FloorOp>);
-  registerGpuKernel("Ceil", unaryKernel<CeilOp>);
-  registerGpuKernel("Round", unaryKernel<RoundOp>);
-  registerGpuKernel("Sigmoid", unaryKernel<SigmoidOp>);
-  registerGpuKernel("Softplus", unaryKernel<SoftplusOp>);
-  registerGpuKernel("Softsign", unaryKernel<SoftsignOp>);
-  registerGpuKernel("HardSwish", unaryKernel<HardSwishOp>);
-  registerGpuKernel("Mish", unaryKernel<MishOp>);
-  registerGpuKernel("Gelu", unaryKernel<GeluOp>);
-  registerGpuKernel("LeakyRelu", unaryKernel<LeakyReluOp>);
-  registerGpuKernel("Elu", unaryKernel<EluOp>);
-  registerGpuKernel("Selu", unaryKernel<SeluOp>);
-  registerGpuKernel("HardSigmoid", unaryKernel<HardSigmoidOp>);
-  registerGpuKernel("Neg", unaryKernel<NegOp>);
-  registerGpuKernel("Relu", unaryKernel<ReluOp>);
-  registerGpuKernel("Abs", unaryKernel<AbsOp>);
-  registerGpuKernel("Sign", unaryKernel<SignOp>);
-  registerGpuKernel("Not", unaryKernel<NotOp>);
-  registerGpuKernel("IsNaN", predicateKernel<IsNaNOp>);
-  registerGpuKernel("IsInf", predicateKernel<IsInfOp>);
+  registerGpuKernel("Sqrt", unaryKernel<ops::SqrtOp>);
+  registerGpuKernel("Reciprocal", unaryKernel<ops::ReciprocalOp>);
+  registerGpuKernel("Exp", unaryKernel<ops::ExpOp>);
+  registerGpuKernel("Log", unaryKernel<ops::LogOp>);
+  registerGpuKernel("Cos", unaryKernel<ops::CosOp>);
+  registerGpuKernel("Sin", unaryKernel<ops::SinOp>);
+  registerGpuKernel("Tanh", unaryKernel<ops::TanhOp>);
+  registerGpuKernel("Erf", unaryKernel<ops::ErfOp>);
+  registerGpuKernel("Floor", unaryKernel<ops::FloorOp>);
+  registerGpuKernel("Ceil", unaryKernel<ops::CeilOp>);
+  registerGpuKernel("Round", unaryKernel<ops::RoundOp>);
+  registerGpuKernel("Sigmoid", unaryKernel<ops::SigmoidOp>);
+  registerGpuKernel("Softplus", unaryKernel<ops::SoftplusOp>);
+  registerGpuKernel("Softsign", unaryKernel<ops::SoftsignOp>);
+  registerGpuKernel("HardSwish", unaryKernel<ops::HardSwishOp>);
+  registerGpuKernel("Mish", unaryKernel<ops::MishOp>);
+  registerGpuKernel("Gelu", unaryKernel<ops::GeluOp>);
+  registerGpuKernel("LeakyRelu", unaryKernel<ops::LeakyReluOp>);
+  registerGpuKernel("Elu", unaryKernel<ops::EluOp>);
+  registerGpuKernel("Selu", unaryKernel<ops::SeluOp>);
+  registerGpuKernel("HardSigmoid", unaryKernel<ops::HardSigmoidOp>);
+  registerGpuKernel("Neg", unaryKernel<ops::NegOp>);
+  registerGpuKernel("Relu", unaryKernel<ops::ReluOp>);
+  registerGpuKernel("Abs", unaryKernel<ops::AbsOp>);
+  registerGpuKernel("Sign", unaryKernel<ops::SignOp>);
+  registerGpuKernel("Not", unaryKernel<ops::NotOp>);
+  registerGpuKernel("IsNaN", predicateKernel<ops::IsNaNOp>);
+  registerGpuKernel("IsInf", predicateKernel<ops::IsInfOp>);
   registerGpuKernel("megac.GeluGrad", geluGradKernel);
 
   registerGpuKernel("Cast", castKernel);

@@ -18,6 +18,7 @@
 #include "runtime/cuda/GpuKernel.h"
 #include "runtime/cuda/ReduceLaunch.h"
 #include "runtime/cpu/ReduceGroups.h"
+#include "runtime/cpu/ReduceOps.h"
 #include "runtime/cuda/RowReduce.cuh"
 
 #include <algorithm>
@@ -31,7 +32,8 @@ namespace {
 
 using namespace rowops;
 
-enum class ReduceKind { Sum, Mean, Max, Min, SumSquare, L1, L2 };
+using cpu::reduce::ReduceKind; // the GPU has Sum, Mean, Max, Min, SumSquare, L1, L2
+using cpu::reduce::reduceName;
 
 template <class T> struct AccOf { using type = float; };
 template <> struct AccOf<int32_t> { using type = int64_t; };
@@ -41,51 +43,27 @@ template <> struct AccOf<int64_t> { using type = int64_t; };
 // final value from the combined accumulator and the reduced count).
 template <ReduceKind K, class T> struct Reducer {
   using Acc = typename AccOf<T>::type;
-  static constexpr bool kInt = std::is_integral_v<T>;
 
+  // The rules are the CPU's (runtime/cpu/ReduceOps.h).
   __device__ static Acc identity() {
-    if constexpr (K == ReduceKind::Max) {
-      if constexpr (kInt) return Acc(std::numeric_limits<T>::lowest());
-      else return -INFINITY;
-    } else if constexpr (K == ReduceKind::Min) {
-      if constexpr (kInt) return Acc(std::numeric_limits<T>::max());
-      else return INFINITY;
-    } else {
-      return Acc(0);
-    }
+    if constexpr (K == ReduceKind::Max) return cpu::reduce::maxIdentity<T, Acc>();
+    else if constexpr (K == ReduceKind::Min) return cpu::reduce::minIdentity<T, Acc>();
+    else return Acc(0);
   }
   __device__ static Acc term(T v) {
-    if constexpr (K == ReduceKind::SumSquare || K == ReduceKind::L2) {
-      if constexpr (kInt) return Acc(uint64_t(Acc(v)) * uint64_t(Acc(v)));
-      else return v * v;
-    } else if constexpr (K == ReduceKind::L1) {
-      return v < 0 ? Acc(-Acc(v)) : Acc(v);
-    } else {
-      return Acc(v);
-    }
+    if constexpr (K == ReduceKind::SumSquare || K == ReduceKind::L2) return cpu::reduce::square<Acc>(v);
+    else if constexpr (K == ReduceKind::L1) return cpu::reduce::magnitude<Acc>(v);
+    else return Acc(v);
   }
-  // Max/Min: NaN wins, as on the CPU.
   __device__ static Acc combine(Acc a, Acc b) {
-    if constexpr (K == ReduceKind::Max) {
-      if constexpr (kInt) return b > a ? b : a;
-      else return (b > a || isnan(b)) && !isnan(a) ? b : a;
-    } else if constexpr (K == ReduceKind::Min) {
-      if constexpr (kInt) return b < a ? b : a;
-      else return (b < a || isnan(b)) && !isnan(a) ? b : a;
-    } else {
-      if constexpr (kInt) return Acc(uint64_t(a) + uint64_t(b));
-      else return a + b;
-    }
+    if constexpr (K == ReduceKind::Max) return cpu::reduce::maxCombine(a, b);
+    else if constexpr (K == ReduceKind::Min) return cpu::reduce::minCombine(a, b);
+    else return cpu::reduce::wrapAdd(a, b);
   }
   __device__ static T finish(Acc a, int64_t count) {
-    if constexpr (K == ReduceKind::Mean) {
-      if constexpr (kInt) return T(count ? a / count : 0);
-      else return a / float(count); // 0 / 0 = NaN for an empty reduction
-    } else if constexpr (K == ReduceKind::L2) {
-      return sqrtf(a);
-    } else {
-      return T(a);
-    }
+    if constexpr (K == ReduceKind::Mean) return T(cpu::reduce::meanOf(a, count));
+    else if constexpr (K == ReduceKind::L2) return cpu::math::sqrt(a);
+    else return T(a);
   }
 };
 
@@ -322,19 +300,6 @@ llvm::Error launchReduce(const T *x, T *y, const ReducePlan &p, void *workspace,
 
 // --- Reduce* ops ---
 
-template <ReduceKind K> constexpr const char *reduceName() {
-  switch (K) {
-  case ReduceKind::Sum: return "ReduceSum";
-  case ReduceKind::Mean: return "ReduceMean";
-  case ReduceKind::Max: return "ReduceMax";
-  case ReduceKind::Min: return "ReduceMin";
-  case ReduceKind::SumSquare: return "ReduceSumSquare";
-  case ReduceKind::L1: return "ReduceL1";
-  case ReduceKind::L2: return "ReduceL2";
-  }
-  return "Reduce";
-}
-
 // What a Reduce* op does with these inputs: copy (noop) or reduce by plan.
 struct ReduceSetup {
   bool noop = false;
@@ -354,19 +319,14 @@ llvm::Expected<ReduceSetup> setupReduce(llvm::StringRef op, const GpuKernelConte
     axes = a->toInt64Vector();
   }
   ReduceSetup s;
-  std::vector<bool> reduced(size_t(rank), axes.empty());
   if (axes.empty() && ctx.attrs.getInt("noop_with_empty_axes", 0) != 0) {
     if (y->numel() != x->numel()) return gpuKernelError(op, "output shape does not match the input (no-op reduction)");
     s.noop = true;
     return s;
   }
-  for (int64_t ax : axes) {
-    if (ax < -rank || ax >= rank)
-      return gpuKernelError(op, "axis " + llvm::Twine(ax) + " is out of range for rank " + llvm::Twine(rank));
-    int64_t d = ax < 0 ? ax + rank : ax;
-    if (reduced[size_t(d)]) return gpuKernelError(op, "axis " + llvm::Twine(ax) + " is repeated");
-    reduced[size_t(d)] = true;
-  }
+  std::vector<bool> reduced;
+  std::string bad = cpu::reducedDimsFromAxes(rank, axes, reduced);
+  if (!bad.empty()) return gpuKernelError(op, bad);
   auto plan = planReduce(op, x->shape, reduced);
   if (!plan) return plan.takeError();
   if (plan->outCount != y->numel())

@@ -6,6 +6,7 @@
 // loads and stores, with a scalar tail.
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuKernel.h"
+#include "runtime/cpu/SwiGLUMath.h"
 
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -35,16 +36,13 @@ template <class T, class C> __device__ __forceinline__ void store(T *p, int64_t 
   else p[i] = v;
 }
 
-__device__ __forceinline__ float sigmoid(float g) { return 1.f / (1.f + expf(-g)); }
-__device__ __forceinline__ double sigmoid(double g) { return 1.0 / (1.0 + exp(-g)); }
+// The formulas are the CPU's (runtime/cpu/SwiGLUMath.h).
+template <class C> __device__ __forceinline__ C swiglu(C g, C u) { return cpu::swigluValue(g, u); }
 
-template <class C> __device__ __forceinline__ C swiglu(C g, C u) { return g * sigmoid(g) * u; }
-
-// dG = dY u s (1 + g (1 - s)), dU = dY g s with s = sigmoid(g).
 template <class C> __device__ __forceinline__ void swigluGrad(C dy, C g, C u, C &dg, C &du) {
-  C s = sigmoid(g);
-  dg = dy * u * s * (C(1) + g * (C(1) - s));
-  du = dy * g * s;
+  C s = cpu::swigluSigmoid(g);
+  dg = cpu::swigluGradG(dy, g, u, s);
+  du = cpu::swigluGradU(dy, g, s);
 }
 
 template <class T>
