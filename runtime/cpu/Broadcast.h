@@ -38,6 +38,10 @@ public:
   int64_t numRows() const { return numel_ == 0 ? 0 : numel_ / rowLength(); }
   // 1 when input k has the row dim, 0 when it is broadcast along it.
   int64_t innerStride(size_t k) const { return dims_.empty() ? 0 : strides_[k].back(); }
+  // The merged dims (outermost first) and input k's element stride along each
+  // (0 where it is broadcast): for backends that index the space themselves.
+  const Shape &dims() const { return dims_; }
+  int64_t stride(size_t k, size_t d) const { return strides_[k][d]; }
 
   // Calls fn(outOffset, inOffsets, length) for rows [begin, end); inOffsets[k]
   // is the element offset of the row's first element in input k.

@@ -214,44 +214,25 @@ __global__ void __launch_bounds__(kThreads)
 // Host side: broadcasting and launches
 
 // The iteration space of `out` with each input's element strides (0 where it
-// is broadcast). Output dims of size 1 are dropped and adjacent dims that
-// every input has or lacks alike are merged. Innermost dim first.
+// is broadcast), innermost dim first: the CPU's BroadcastPlan (size-1 output
+// dims dropped, adjacent dims that every input has or lacks alike merged).
 template <int N>
 llvm::Expected<StridedSpace<N, kMaxBroadcastDims>> broadcastSpace(llvm::StringRef op, const Shape &out,
                                                                   const std::array<const DeviceTensor *, N> &ins) {
-  std::vector<int64_t> dims;            // outermost first
-  std::vector<std::array<bool, N>> has; // [dim][input]
-  for (size_t d = 0; d < out.size(); ++d) {
-    if (out[d] == 1) continue;
-    std::array<bool, N> h{};
-    for (int k = 0; k < N; ++k) {
-      const Shape &s = ins[size_t(k)]->shape;
-      size_t lead = out.size() - s.size();
-      h[size_t(k)] = d >= lead && s[d - lead] != 1;
-    }
-    if (!dims.empty() && has.back() == h) {
-      dims.back() *= out[d];
-      continue;
-    }
-    dims.push_back(out[d]);
-    has.push_back(h);
-  }
+  std::vector<Shape> shapes;
+  for (const DeviceTensor *t : ins) shapes.push_back(t->shape);
+  const cpu::BroadcastPlan plan(out, shapes);
+  const Shape &dims = plan.dims(); // outermost first
   if (dims.size() > size_t(kMaxBroadcastDims))
     return gpuKernelError(op, "broadcasting to " + shapeToString(out) + " needs " + llvm::Twine(dims.size()) +
                                   " dims after merging; the CUDA kernel handles at most " +
                                   llvm::Twine(kMaxBroadcastDims));
   StridedSpace<N, kMaxBroadcastDims> s;
   s.rank = int(dims.size());
-  int64_t running[N];
-  for (int k = 0; k < N; ++k) running[k] = 1;
   for (int d = 0; d < s.rank; ++d) {
-    size_t src = dims.size() - 1 - size_t(d); // innermost first
+    const size_t src = dims.size() - 1 - size_t(d); // innermost first
     s.sizes[d] = dims[src];
-    for (int k = 0; k < N; ++k) {
-      if (!has[src][size_t(k)]) continue;
-      s.strides[d][k] = running[k];
-      running[k] *= dims[src];
-    }
+    for (int k = 0; k < N; ++k) s.strides[d][k] = plan.stride(size_t(k), src);
   }
   return s;
 }
