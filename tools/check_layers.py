@@ -70,7 +70,8 @@ INSIDE = {
     "runtime/stream": {"runtime", "runtime/train"},
 }
 
-# Where sources live: every directory under these must be in LIBRARY.
+# Where sources live: every directory under these must be in LIBRARY. (test/
+# and bench/ are programs over the libraries, like tools/megac: not checked.)
 SOURCE_ROOTS = ("runtime", "ir", "frontend", "passes", "codegen", "driver", "tools")
 SOURCE_EXT = (".h", ".cpp", ".cu", ".cuh")
 EXTERNAL = ("llvm/", "google/", "onnx.pb.h", "plan.pb.h", "cuda", "cudnn", "cublas")
