@@ -1,8 +1,8 @@
 #include "codegen/Budget.h"
 
-#include "runtime/plan/PlanReport.h"
+#include "runtime/plan/HostBill.h"
+#include "runtime/plan/PlanLabels.h"
 #include "runtime/plan/StreamLayout.h"
-#include "runtime/train/HostMemory.h"
 
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
@@ -25,7 +25,7 @@ static std::string bytesText(int64_t b) {
 }
 
 llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes) {
-  auto h = runtime::hostBill(p);
+  auto h = plan::hostBill(p);
   if (!h) return h.takeError();
   if (h->total() <= hostBudgetBytes) return llvm::Error::success();
   return err("the plan needs " + bytesText(h->total()) + " of host memory, more than --host-mem " +

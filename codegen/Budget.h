@@ -9,7 +9,7 @@
 namespace megac::codegen {
 
 // Host bytes of the plan: fp32 master weights, AdamW m and v, the step's
-// gradients where kept (runtime/plan/PlanReport.h), plus the pinned staging
+// gradients where kept (runtime/plan/HostBill.h), plus the pinned staging
 // slots of the schedule.
 // Errors, with the numbers, when the host bill exceeds `hostBudgetBytes`.
 llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes);

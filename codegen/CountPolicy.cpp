@@ -1,6 +1,6 @@
 #include "codegen/CountPolicy.h"
 
-#include "runtime/plan/CostModel.h"
+#include "codegen/CostModel.h"
 
 #include <algorithm>
 

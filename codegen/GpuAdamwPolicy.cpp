@@ -1,7 +1,7 @@
 #include "codegen/GpuAdamwPolicy.h"
 
 #include "codegen/CountPolicy.h"
-#include "runtime/plan/CostModel.h"
+#include "codegen/CostModel.h"
 #include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>

@@ -1,7 +1,7 @@
 #include "codegen/KeepPrograms.h"
 
 #include "codegen/BuildPlan.h"
-#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/ArenaRules.h"
 
 #include <set>
 

@@ -1,6 +1,6 @@
 #include "codegen/PlanMemory.h"
 
-#include "runtime/plan/MemoryPlan.h"
+#include "codegen/MemoryPlan.h"
 #include "runtime/plan/UnitPrograms.h"
 
 namespace megac::codegen {

@@ -1,6 +1,6 @@
 #pragma once
 // Lifetimes and offsets (issue 4): the arena of every template's forward and
-// backward program (runtime/plan/MemoryPlan.h has the rules).
+// backward program (codegen/MemoryPlan.h; the rules are runtime/plan/ArenaRules.h).
 #include "runtime/plan/PlanIO.h"
 
 namespace megac::codegen {

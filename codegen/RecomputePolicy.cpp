@@ -1,6 +1,6 @@
 #include "codegen/RecomputePolicy.h"
 
-#include "runtime/plan/CostModel.h"
+#include "codegen/CostModel.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>

@@ -1,6 +1,6 @@
 #include "codegen/StreamSchedule.h"
 
-#include "runtime/plan/MemoryPlan.h"
+#include "codegen/MemoryPlan.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 

@@ -2,7 +2,7 @@
 // The streaming schedule of one pass of a step (issue 4): which stream does
 // what in which order, the events that link them, and where each device
 // buffer lives (Plan.schedule; plan.proto says what the runtime does with it).
-#include "runtime/plan/MachineProfile.h"
+#include "codegen/MachineProfile.h"
 #include "runtime/plan/PlanIO.h"
 
 namespace megac::codegen {

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "runtime/cpu/Kernel.h"
-#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/ArenaRules.h"
 
 namespace megac::runtime {
 

@@ -8,7 +8,7 @@
 #include "runtime/cuda/GpuProgram.h"
 #include "runtime/cuda/OpTimer.h"
 #include "runtime/cpu/Kernel.h"
-#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 

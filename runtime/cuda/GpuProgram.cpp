@@ -3,7 +3,7 @@
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GradSumKernels.h"
 #include "runtime/cuda/OpTimer.h"
-#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/ArenaRules.h"
 
 namespace megac::cuda {
 

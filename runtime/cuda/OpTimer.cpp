@@ -2,7 +2,7 @@
 
 #include "runtime/cuda/CudaCheck.h"
 
-#include "runtime/plan/PlanReport.h"
+#include "runtime/plan/PlanLabels.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 #include "runtime/plan/FusedAttention.h"
 
-#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/ArenaRules.h"
 
 #include <algorithm>
 

@@ -1,6 +1,6 @@
 #include "runtime/plan/PlanChecker.h"
 
-#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 

@@ -6,7 +6,7 @@
 // It proves:
 // - no two live buffers overlap: device regions whose lifetimes (action
 //   indices) overlap have disjoint bytes, and so do the values of each
-//   program's arena whose lifetimes (op indices; MemoryPlan.h's rules)
+//   program's arena whose lifetimes (op indices; ArenaRules.h's rules)
 //   overlap, except a view sharing its input's bytes at the same offset;
 // - every read comes after its producer or prefetch event: simulating the
 //   actions in issue order, each FORWARD/BACKWARD of unit u on weight slot k
@@ -63,13 +63,13 @@ llvm::Error checkPlan(const Plan &p);
 llvm::Error checkArena(const Program &prog, const std::string &what);
 
 // The checker's own account of when each value of a program lives, computed
-// apart from the planner's (MemoryPlan.h computeLifetimes), so that a
+// apart from the planner's (codegen/MemoryPlan.h computeLifetimes), so that a
 // lifetime bug there cannot fool both: ops read their inputs at their index
 // and write their outputs there; a value lives from its writer to its last
-// reader, results to the end (index ops_size()); a view (MemoryPlan.h's
+// reader, results to the end (index ops_size()); a view (ArenaRules.h's
 // isViewOp) of a temporary of the same size may share its bytes and starts
 // from the same root. Sizes and the view rule are the plan format's
-// (MemoryPlan.h); the sweeps are the checker's own. PlanCheckerTest checks
+// (ArenaRules.h); the sweeps are the checker's own. PlanCheckerTest checks
 // that the two agree on every fixture plan.
 struct ArenaLife {
   bool temp = false;   // written by an op: lives in the arena

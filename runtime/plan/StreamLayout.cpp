@@ -1,8 +1,8 @@
 #include "runtime/plan/StreamLayout.h"
 
 #include "runtime/cpu/NormAttentionShapes.h"
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/FusedAttention.h"
-#include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>

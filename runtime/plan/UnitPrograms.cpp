@@ -1,6 +1,6 @@
 #include "runtime/plan/UnitPrograms.h"
 
-#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/ArenaRules.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 #include "runtime/stream/StreamExecutor.h"
 
 #include "runtime/cpu/Kernel.h"
-#include "runtime/plan/MemoryPlan.h"
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 #include "runtime/stream/ShadowMemory.h"

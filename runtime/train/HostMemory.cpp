@@ -1,7 +1,5 @@
 #include "runtime/train/HostMemory.h"
 
-#include "runtime/plan/PlanReport.h"
-
 #include "llvm/Support/Format.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/raw_ostream.h"
@@ -47,18 +45,6 @@ HostMemory readHostMemory() {
   return m;
 }
 
-llvm::Expected<HostBill> hostBill(const plan::Plan &p) {
-  auto r = plan::reportPlan(p);
-  if (!r) return r.takeError();
-  HostBill h;
-  h.masterWeights = r->memory.masterWeightBytes;
-  h.adamMoments = r->memory.adamMomentBytes;
-  h.gradients = r->memory.gradientBytes;
-  h.pinnedStaging = p.schedule().pinned_staging_bytes();
-  h.pinnedCheckpoints = p.schedule().pinned_checkpoint_bytes();
-  return h;
-}
-
 static std::string gib(int64_t b) {
   std::string s;
   llvm::raw_string_ostream os(s);
@@ -69,7 +55,7 @@ static std::string gib(int64_t b) {
 llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem, int64_t simulatedDeviceBytes) {
   const int64_t have = mem.available();
   if (have < 0) return llvm::Error::success(); // nothing to compare with
-  auto bill = hostBill(plan);
+  auto bill = plan::hostBill(plan);
   if (!bill) return bill.takeError();
   bill->simulatedDevice = simulatedDeviceBytes;
   if (bill->total() <= have) return llvm::Error::success();

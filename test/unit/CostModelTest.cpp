@@ -1,13 +1,13 @@
-// The cost model (runtime/plan/CostModel.h): the work of programs counted by
+// The cost model (codegen/CostModel.h): the work of programs counted by
 // hand, and step simulations of small hand-built schedules whose timelines
 // are worked out by hand below (H2D-bound, compute-bound, PCIe shared by both
 // directions), plus invariants on the schedule megac compiles for the llama
 // fixture.
 #include "FixtureTestUtil.h"
 
+#include "codegen/CostModel.h"
 #include "codegen/WeightSlotsPolicy.h"
 #include "driver/Compile.h"
-#include "runtime/plan/CostModel.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 

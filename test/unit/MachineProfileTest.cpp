@@ -1,7 +1,7 @@
-// Machine profiles (runtime/plan/MachineProfile.h): the committed H200
+// Machine profiles (codegen/MachineProfile.h): the committed H200
 // profile parses to exactly the built-in default, and bad files are errors
 // naming the line.
-#include "runtime/plan/MachineProfile.h"
+#include "codegen/MachineProfile.h"
 
 #include <gtest/gtest.h>
 

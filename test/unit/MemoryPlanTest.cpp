@@ -1,10 +1,10 @@
-// Lifetimes and arena offsets (runtime/plan/MemoryPlan.h): hand-made
+// Lifetimes and arena offsets (codegen/MemoryPlan.h): hand-made
 // programs with offsets worked out by hand, and every program of the fixture
 // plans against a brute-force overlap check written independently here.
 #include "FixtureTestUtil.h"
 
+#include "codegen/MemoryPlan.h"
 #include "driver/Compile.h"
-#include "runtime/plan/MemoryPlan.h"
 
 using namespace megac;
 using namespace megac::testing;

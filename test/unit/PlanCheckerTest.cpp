@@ -4,8 +4,8 @@
 // StreamScheduleTest.cpp (units embed=0, layer.0=1, layer.1=2, head=3).
 #include "FixtureTestUtil.h"
 
+#include "codegen/MemoryPlan.h"
 #include "driver/Compile.h"
-#include "runtime/plan/MemoryPlan.h"
 #include "runtime/plan/PlanChecker.h"
 #include "runtime/plan/UnitPrograms.h"
 

@@ -4,8 +4,8 @@
 #include "FixtureTestUtil.h"
 
 #include "driver/Compile.h"
-#include "runtime/plan/PlanReport.h"
-#include "runtime/plan/PlanTimeline.h"
+#include "tools/inspect/PlanReport.h"
+#include "tools/inspect/PlanTimeline.h"
 
 #include "llvm/Support/JSON.h"
 

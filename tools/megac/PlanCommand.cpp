@@ -5,10 +5,11 @@
 // built-in H200); --html out.html: the predicted timeline as a page;
 // --ops: the predicted GPU time by op type, beside which `megac run
 // --op-profile` prints the measured one.
-#include "runtime/plan/CostModel.h"
-#include "runtime/plan/PlanReport.h"
-#include "runtime/plan/PlanTimeline.h"
-#include "runtime/plan/ScheduleDump.h"
+#include "codegen/CostModel.h"
+#include "runtime/plan/PlanLabels.h"
+#include "tools/inspect/PlanReport.h"
+#include "tools/inspect/PlanTimeline.h"
+#include "tools/inspect/ScheduleDump.h"
 #include "tools/megac/Driver.h"
 
 #include "llvm/Support/raw_ostream.h"

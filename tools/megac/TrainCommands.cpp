@@ -10,10 +10,10 @@
 #include "codegen/ResidentPolicy.h"
 #include "frontend/TensorProto.h"
 #include "passes/AttentionMask.h"
-#include "runtime/plan/PlanTimeline.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/train/TrainLoop.h"
 #include "runtime/train/WeightSource.h"
+#include "tools/inspect/PlanTimeline.h"
 #ifdef MEGAC_HAS_CUDA
 #include "runtime/cuda/CudaTrainer.h"
 #endif

@@ -1,6 +1,6 @@
-#include "runtime/plan/ScheduleDump.h"
+#include "tools/inspect/ScheduleDump.h"
 
-#include "runtime/plan/MemoryPlan.h"
+#include "codegen/MemoryPlan.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 

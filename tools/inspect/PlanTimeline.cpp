@@ -1,4 +1,4 @@
-#include "runtime/plan/PlanTimeline.h"
+#include "tools/inspect/PlanTimeline.h"
 
 #include "runtime/plan/StreamLayout.h"
 

@@ -1,9 +1,8 @@
-#include "runtime/plan/CostModel.h"
+#include "codegen/CostModel.h"
 
 #include "runtime/cpu/NormAttentionShapes.h"
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/FusedAttention.h"
-#include "runtime/plan/MemoryPlan.h"
-#include "runtime/plan/PlanReport.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -90,7 +89,7 @@ static double memoryBytes(const Program &p, const Program::Op &op) {
   return bytes;
 }
 
-// A view of a TEMP shares its bytes (MemoryPlan.h): it moves nothing.
+// A view of a TEMP shares its bytes (ArenaRules.h): it moves nothing.
 static bool viewSharesBytes(const Program &p, const Program::Op &op) {
   if (!isViewOp(op.type()) || op.inputs_size() == 0) return false;
   const Program::Value *in = valueAt(p, op.inputs(0));

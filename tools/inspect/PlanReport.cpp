@@ -1,6 +1,9 @@
-#include "runtime/plan/PlanReport.h"
+#include "tools/inspect/PlanReport.h"
 
 #include "runtime/core/DType.h"
+#include "runtime/plan/ArenaRules.h"
+#include "runtime/plan/HostBill.h"
+#include "runtime/plan/PlanLabels.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -20,53 +23,11 @@ static llvm::Error err(const llvm::Twine &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
 }
 
-int64_t tensorBytes(const TensorType &t) {
-  auto dt = megac::DType(int(t.dtype()));
-  if (dt == megac::DType::Undefined) return 0;
-  int64_t n = 1;
-  for (int64_t d : t.shape()) n *= d;
-  return n * int64_t(megac::dtypeSize(dt));
-}
-
 static int64_t constantBytes(const Program &p) {
   int64_t bytes = 0;
   for (const Program::Value &v : p.values())
     if (v.kind() == Program::Value::CONSTANT) bytes += int64_t(v.constant().data().size());
   return bytes;
-}
-
-static llvm::Error checkIds(const Plan &p) {
-  for (const Unit &u : p.units()) {
-    auto bad = [&](const char *what, int64_t id) {
-      return err("plan unit '" + u.name() + "' refers to " + what + " " + llvm::Twine(id) + ", which does not exist");
-    };
-    if (u.template_id() < 0 || u.template_id() >= p.templates_size()) return bad("template", u.template_id());
-    for (int32_t a : u.activation_inputs())
-      if (a < 0 || a >= p.activations_size()) return bad("activation", a);
-    for (int32_t a : u.activation_outputs())
-      if (a < 0 || a >= p.activations_size()) return bad("activation", a);
-    for (int32_t q : u.parameters())
-      if (q < 0 || q >= p.parameters_size()) return bad("parameter", q);
-  }
-  return llvm::Error::success();
-}
-
-const char *deviceCategoryName(DeviceRegion::Kind k) {
-  switch (k) {
-  case DeviceRegion::WEIGHT_SLOT: return "weight slots";
-  case DeviceRegion::GRAD_SLOT: return "grad slots";
-  case DeviceRegion::CHECKPOINT: return "checkpoints";
-  case DeviceRegion::ACTIVATION_GRAD: return "activation grads";
-  case DeviceRegion::ARENA: return "arena";
-  case DeviceRegion::WORKSPACE: return "workspace";
-  case DeviceRegion::DATA: return "data";
-  case DeviceRegion::CONSTANTS: return "constants";
-  case DeviceRegion::SAVED: return "saved activations";
-  case DeviceRegion::RESIDENT: return "resident units";
-  case DeviceRegion::MOMENT_SLOT: return "moment slots";
-  case DeviceRegion::LOADED_CHECKPOINT: return "checkpoints back";
-  default: return "unknown";
-  }
 }
 
 // Bytes covered by the union of [offset, offset + bytes) ranges.
@@ -157,7 +118,9 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
 }
 
 llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profile) {
-  if (auto e = checkIds(p)) return std::move(e);
+  // The bill checks the ids the report reads (an unchecked plan's may be anything).
+  auto bill = hostBill(p);
+  if (!bill) return bill.takeError();
   PlanReport r;
   r.sequenceChunks = sequenceChunks(p);
   for (const Template &t : p.templates()) {
@@ -206,9 +169,9 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
   const int64_t perPass = p.has_schedule() ? passMicroBatches(p.schedule()) : 1;
   m.passesPerStep = perPass > 0 && m.microBatchesPerStep % perPass == 0 ? m.microBatchesPerStep / perPass : m.microBatchesPerStep;
   m.keepsGradients = stepKeepsGradients(p);
-  m.masterWeightBytes = 4 * m.parameters;
-  m.adamMomentBytes = 8 * m.parameters;
-  m.gradientBytes = m.keepsGradients ? 4 * m.parameters : 0;
+  m.masterWeightBytes = bill->masterWeights;
+  m.adamMomentBytes = bill->adamMoments;
+  m.gradientBytes = bill->gradients;
   m.hostBytes = m.masterWeightBytes + m.adamMomentBytes + m.gradientBytes;
   m.bytesPerParameter = m.keepsGradients ? 16 : 12;
   m.streamBytesPerMicroBatch = m.streamWeightsInBytes + m.streamGradientsOutBytes;
@@ -666,17 +629,6 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
         {"per_step", bytesJson(m.streamBytesPerStep)}};
   }
   os << llvm::formatv("{0:2}", llvm::json::Value(std::move(root))) << "\n";
-}
-
-void printOpTimes(llvm::raw_ostream &os, llvm::StringRef heading, const std::vector<OpTypeTime> &rows) {
-  double all = 0;
-  for (const OpTypeTime &t : rows) all += t.seconds;
-  os << heading << "\n";
-  os << "  op                                       launches  ms per step   share\n";
-  for (const OpTypeTime &t : rows)
-    os << llvm::format("  %-40s %8lld %12.3f %6.1f%%\n", t.label.c_str(), (long long)t.launches, 1e3 * t.seconds,
-                       all > 0 ? 100.0 * t.seconds / all : 0.0);
-  os << "  total" << llvm::format("%56.3f\n", 1e3 * all);
 }
 
 } // namespace megac::plan

@@ -9,7 +9,7 @@
 // tooltip (times, bytes, flops). A small inline script, run by a browser,
 // counts the bars that render with a positive size and writes the count to
 // <body data-rendered-bars=N> (the headless-Chromium test reads it).
-#include "runtime/plan/PlanReport.h"
+#include "tools/inspect/PlanReport.h"
 
 #include "llvm/Support/raw_ostream.h"
 

@@ -1,6 +1,4 @@
-#include "runtime/plan/MemoryPlan.h"
-
-#include "runtime/core/CheckedSize.h"
+#include "codegen/MemoryPlan.h"
 
 #include <algorithm>
 #include <numeric>
@@ -9,18 +7,6 @@ namespace megac::plan {
 
 static llvm::Error err(const llvm::Twine &m) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
-}
-
-int64_t typeBytes(const TensorType &t) {
-  size_t elem = dtypeSize(megac::DType(int(t.dtype())));
-  if (elem == 0) return -1;
-  // Shapes come from the plan file: past 2^62 bytes is no tensor (and no sum of them wraps).
-  auto n = checkedNbytes(t.shape(), int64_t(elem), int64_t(1) << 62);
-  return n ? *n : -1;
-}
-
-bool isViewOp(llvm::StringRef t) {
-  return t == "Reshape" || t == "Squeeze" || t == "Unsqueeze" || t == "Flatten" || t == "Identity";
 }
 
 llvm::Expected<std::vector<ValueLife>> computeLifetimes(const Program &p) {

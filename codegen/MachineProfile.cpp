@@ -1,4 +1,4 @@
-#include "runtime/plan/MachineProfile.h"
+#include "codegen/MachineProfile.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/MemoryBuffer.h"

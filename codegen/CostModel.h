@@ -1,6 +1,6 @@
 #pragma once
 // The cost model: predicts how long one step of a plan's streaming schedule
-// takes on a machine described by a profile (runtime/plan/MachineProfile.h).
+// takes on a machine described by a profile (codegen/MachineProfile.h).
 //
 // Each action gets a duration from the work it does and the profile's rates:
 //   PREFETCH  the unit's fp32 weights in their slot layout / PCIe H2D (H2D
@@ -23,8 +23,9 @@
 // action blocks the host thread, which issues nothing after it until then.
 // Kernel launch overheads and PCIe latency are not modelled. Predictions
 // only: unvalidated until measured on the GPU.
-#include "runtime/plan/MachineProfile.h"
+#include "codegen/MachineProfile.h"
 #include "runtime/plan/PlanIO.h"
+#include "runtime/plan/PlanLabels.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
 
@@ -125,11 +126,6 @@ llvm::Expected<StepPrediction> measuredStep(const Plan &p, const MachineProfile 
 // (every op alone, nothing overlapped), labelled as `megac run --op-profile`
 // labels its measured times: the op type, with " (backward)" for the ops of
 // backward programs (which recompute the forward). Most time first.
-struct OpTypeTime {
-  std::string label;
-  int64_t launches = 0; // per step
-  double seconds = 0;   // per step
-};
 llvm::Expected<std::vector<OpTypeTime>> predictOpTimes(const Plan &p, const MachineProfile &m);
 
 } // namespace megac::plan

@@ -1,9 +1,10 @@
 #pragma once
 // A readable summary of a compiled plan (`megac plan`): its units and
 // templates, parameter counts, and what training it costs in memory and
-// transfers. Computed from the plan alone, so the runtime and tools can use
-// it without the compiler.
-#include "runtime/plan/CostModel.h"
+// transfers, and codegen's cost model's prediction of a step. Part of the
+// inspection library (tools/inspect), which tools link; what the runtime
+// needs of it (the host bill, the labels) is in runtime/plan.
+#include "codegen/CostModel.h"
 #include "runtime/plan/PlanIO.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -114,23 +115,11 @@ struct PlanReport {
   ScheduleReport schedule;
 };
 
-// Size in bytes of a tensor of `t` (0 for an undefined dtype).
-int64_t tensorBytes(const TensorType &t);
-
-// "weight slots", "grad slots", "checkpoints", "activation grads", "arena",
-// "workspace", "data", "constants".
-const char *deviceCategoryName(DeviceRegion::Kind k);
-
 // `profile` drives the cost model where the plan has a schedule.
 llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profile = MachineProfile());
 
 // `planPath` is the file the plan was read from (printed as is).
 void printPlanReport(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os);
 void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &planPath, llvm::raw_ostream &os);
-
-// GPU time by op type as `megac plan --ops` (predicted) and `megac run
-// --op-profile` (measured) print it: `heading`, then one line per row in the
-// order given (label, launches, ms per step, share of the total), then the total.
-void printOpTimes(llvm::raw_ostream &os, llvm::StringRef heading, const std::vector<OpTypeTime> &rows);
 
 } // namespace megac::plan
