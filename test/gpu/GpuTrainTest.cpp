@@ -405,12 +405,17 @@ TEST(GpuCheckpointOffload, GivesThePlanWithoutItsNumbers) {
 
 // chunk-sequence on the GPU: the MLP blocks over 4 slices of the sequence
 // (Split, the slices' copies, Concat; the backward recomputing one slice at a
-// time) train as the whole blocks do, to fp32's summation-order differences.
-TEST(GpuChunkSequence, TrainsAsTheWholeBlocks) {
+// time) give the whole blocks' loss and gradients, to fp32's summation-order
+// differences (the slices' products are other GEMM shapes), and train on.
+// Parameters after steps are not compared, for the reason GpuTrain's AdamW test
+// gives: a gradient near zero that rounds to the other sign moves its weight by
+// 2 * lr (3 steps at lr 1e-2 put such weights 1.5e-4 apart on the H100).
+TEST(GpuChunkSequence, GivesTheWholeBlocksGradients) {
   for (const char *model : {"llama", "gpt2"}) {
     SCOPED_TRACE(model);
+    double loss[2] = {0, 0};
+    std::vector<float> grads[2];
     std::vector<double> losses[2];
-    runtime::HostState state[2];
     plan::Plan plans[2];
     for (int chunked = 0; chunked < 2; ++chunked) {
       frontend::ImportOptions io;
@@ -422,27 +427,29 @@ TEST(GpuChunkSequence, TrainsAsTheWholeBlocks) {
       co.compute = "fp32";
       co.schedule.residentUnits = 0;
       co.optimizer.set_lr(1e-2f);
-      co.optimizer.set_beta1(0.9f);
-      co.optimizer.set_beta2(0.95f);
-      co.optimizer.set_eps(1e-8f);
-      co.optimizer.set_weight_decay(0.1f);
       co.optimizer.set_schedule("constant");
       auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, po, co);
       ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
       ASSERT_EQ(plan::sequenceChunks(*p), chunked ? 4 : 1);
-      const auto mbs = fixtureMicroBatches(model, p->ignore_index(), 1);
+      plans[chunked] = *p;
       auto gpu = gpuTrainer(*p);
       ASSERT_TRUE(gpu);
+      Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
+      grads[chunked].assign(size_t(gpu->hostParamElements()), 0.0f);
+      auto l = gpu->forwardBackward(ids, targets, 1.0f, &grads[chunked], 0.0f);
+      ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
+      loss[chunked] = *l;
+      const auto mbs = fixtureMicroBatches(model, p->ignore_index(), 1);
       for (int s = 0; s < 3; ++s) {
         auto st = gpu->step(mbs, 1e-2f);
         ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
         losses[chunked].push_back(st->loss);
       }
-      state[chunked] = gpu->currentState();
-      plans[chunked] = *p;
     }
-    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5) << "loss " << i;
+    EXPECT_LT(std::abs(loss[1] - loss[0]) / std::abs(loss[0]), 1e-5) << loss[1] << " vs " << loss[0];
     for (const plan::Parameter &q : plans[0].parameters())
-      EXPECT_LT(paramError(state[1].params, state[0].params, q), 1e-4) << q.name();
+      EXPECT_LT(paramError(grads[1], grads[0], q), 1e-4) << "gradient of " << q.name();
+    for (size_t i = 0; i < losses[0].size(); ++i)
+      EXPECT_LT(std::abs(losses[1][i] - losses[0][i]) / std::abs(losses[0][i]), 1e-4) << "loss of step " << i + 1;
   }
 }
