@@ -60,15 +60,23 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
 }
 
 // The options that give a plan its least GPU memory per token: every
-// checkpoint offloaded where the flags allow offload (auto included).
+// checkpoint offloaded where the flags allow offload (auto included), and
+// none of the auto policies that fill the GPU memory a short plan leaves
+// (resident units, kept activations, GPU AdamW): their bytes are not the
+// tokens'.
 static CodegenOptions leastPerToken(CodegenOptions co) {
-  if (co.schedule.offloadCheckpoints != 0) co.schedule.offloadCheckpoints = INT_MAX;
+  ScheduleOptions &so = co.schedule;
+  if (so.offloadCheckpoints != 0) so.offloadCheckpoints = INT_MAX;
+  if (so.residentUnits < 0) so.residentUnits = 0;
+  if (so.gpuAdamwUnits < 0) so.gpuAdamwUnits = 0;
+  if (so.recompute == Recompute::Auto) so.recompute = Recompute::All;
   return co;
 }
-// And the MLP blocks in chunks of one token at a short `seq`, where the flags
-// allow chunking: the per-token slope of many chunks at a long one.
+// And the MLP blocks in as many slices as auto may choose (64, or the most
+// powers of two that divide `seq`), where the flags allow chunking.
+static constexpr int64_t kMaxAutoChunks = 64;
 static passes::PassOptions leastPerToken(passes::PassOptions po, int64_t seq) {
-  if (po.sequenceChunks != 1) po.sequenceChunks = seq;
+  if (po.sequenceChunks != 1) po.sequenceChunks = std::gcd(seq, kMaxAutoChunks);
   return po;
 }
 
@@ -94,11 +102,19 @@ static std::string gib(double bytes) {
   return buf;
 }
 
-// Refuses a batch x seq whose GPU memory is past the budget before a
-// compile at that size materializes anything: device bytes grow at least
-// linearly with the tokens (every unit's boundary activations, the loss's
-// rows), so compiles at batch 1 and 2 x a short seq give a lower bound for
-// any larger shape, and an upper bound for the largest that fits.
+// Refuses a batch x seq whose GPU memory is well past the budget before a
+// compile at that size materializes anything. Device bytes grow about
+// linearly with the tokens past a few thousand (every unit's boundary
+// activations, the layer's recomputed values, attention's scratch), but not
+// below: the fused loss's logits chunk and other buffers grow with the rows
+// only up to their caps, so a slope taken at a short seq overstates the long
+// one's (the 7B Llama-2 shape: 414 KB a token between seq 64 and 128, 214 KB
+// between 1,024 and 4,096, 346 KB between 65,536 and 131,072). The slope is
+// taken between compiles at batch 1 and 2 x a seq of up to kSlopeSeq tokens,
+// checkpoints offloaded and MLP slices where the flags allow; a shape whose
+// line is within kEstimateSlack of the budget is compiled, and the compile decides.
+static constexpr int64_t kSlopeSeq = 8192;
+static constexpr double kEstimateSlack = 1.15;
 static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::ImportOptions &import,
                                   const passes::PassOptions &passOpts, const CodegenOptions &co) {
   const int64_t B = import.batch, S = import.seq;
@@ -106,7 +122,7 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
   const double tokens = double(B) * double(S);
   const double maxTokens = double(int64_t(1) << kMaxTokensLog2);
   if (tokens <= double(kCheckTokensAbove)) return llvm::Error::success();
-  const int64_t s0 = std::min<int64_t>(S, 64);
+  const int64_t s0 = std::min<int64_t>(S, kSlopeSeq);
   auto p1 = compilePlan(modelPath, atShape(import, 1, s0), leastPerToken(passOpts, s0), leastPerToken(co));
   auto p2 = compilePlan(modelPath, atShape(import, 2, s0), leastPerToken(passOpts, s0), leastPerToken(co));
   if (!p1 || !p2) { // the compile at the real shape reports what is wrong
@@ -120,23 +136,23 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
   const double base = double(p1->schedule().device_bytes());
   const double perToken = std::max(0.0, double(p2->schedule().device_bytes()) - base) / double(s0);
   const double budget = double(p1->schedule().gpu_budget_bytes());
-  const double atLeast = base + perToken * (tokens - double(s0));
-  if (tokens <= maxTokens && atLeast <= budget) return llvm::Error::success();
+  const double about = base + perToken * (tokens - double(s0));
+  if (tokens <= maxTokens && about <= budget * kEstimateSlack) return llvm::Error::success();
   auto most = [&](int64_t other) {
     double fit = perToken > 0 ? (budget - base + perToken * double(s0)) / (perToken * double(other)) : maxTokens;
     return int64_t(std::max(0.0, std::min(fit, maxTokens / double(other))));
   };
-  std::string first = atLeast > budget ? "batch " + std::to_string(B) + " x seq " + std::to_string(S) +
-                                             " needs at least " + gib(atLeast) + " of GPU memory (" +
-                                             std::to_string(int64_t(perToken)) +
-                                             " bytes a token, from compiles at batch 1 and 2 x seq " +
-                                             std::to_string(s0) + "); the budget (--gpu-mem) is " + gib(budget)
-                                       : "batch " + std::to_string(B) + " x seq " + std::to_string(S) +
-                                             " is more than 2^" + std::to_string(kMaxTokensLog2) + " tokens a step";
+  std::string first = about > budget * kEstimateSlack
+                          ? "batch " + std::to_string(B) + " x seq " + std::to_string(S) + " needs about " +
+                                gib(about) + " of GPU memory (" + std::to_string(int64_t(perToken)) +
+                                " bytes a token, from compiles at batch 1 and 2 x seq " + std::to_string(s0) +
+                                "); the budget (--gpu-mem) is " + gib(budget)
+                          : "batch " + std::to_string(B) + " x seq " + std::to_string(S) + " is more than 2^" +
+                                std::to_string(kMaxTokensLog2) + " tokens a step";
   return llvm::createStringError(llvm::inconvertibleErrorCode(),
-                                 first + "\nlargest batch that fits at seq " + std::to_string(S) + ": at most " +
+                                 first + "\nlargest batch that fits at seq " + std::to_string(S) + ": about " +
                                      std::to_string(std::min(most(S), B - 1)) + "\nlargest seq that fits at batch " +
-                                     std::to_string(B) + ": at most " + std::to_string(std::min(most(B), S - 1)));
+                                     std::to_string(B) + ": about " + std::to_string(std::min(most(B), S - 1)));
 }
 
 // --seq-chunks auto (sequenceChunks < 0): whole where the plan fits the GPU
@@ -144,7 +160,6 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
 // tokens or more) that make it fit, or the most where none does. Past 64
 // slices the MLP's share of a layer's memory is small beside attention's,
 // and each try is a compile.
-static constexpr int64_t kMaxAutoChunks = 64;
 static llvm::Expected<plan::Plan> compileChunked(const std::string &modelPath, const frontend::ImportOptions &import,
                                                  passes::PassOptions passOpts, const CodegenOptions &co) {
   const bool autoChunks = passOpts.sequenceChunks < 0;
@@ -193,8 +208,13 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   const int64_t s0 = 64, budget = co.schedule.gpuBudgetBytes;
   auto bytesAt = [&](int64_t seq, const CodegenOptions &opts) -> llvm::Expected<int64_t> {
     ++out.compiles;
+    // The search's compiles take auto's most slices outright: a length fits
+    // with auto's slices exactly where it fits with 64 (auto stops at the
+    // fewest that fit), and each count auto tries is a compile.
     auto p = seq == s0 || seq == 2 * s0 ? compilePlan(modelPath, atShape(import, 1, seq), leastPerToken(passOpts, s0), opts)
-                                        : compileChunked(modelPath, atShape(import, 1, seq), passOpts, opts);
+             : passOpts.sequenceChunks < 0 && seq % kMaxAutoChunks == 0 && seq / kMaxAutoChunks >= 64
+                 ? compilePlan(modelPath, atShape(import, 1, seq), leastPerToken(passOpts, seq), opts)
+                 : compileChunked(modelPath, atShape(import, 1, seq), passOpts, opts);
     if (!p) return p.takeError();
     out.pinnedCheckpointBytes = p->schedule().pinned_checkpoint_bytes();
     out.sequenceChunks = plan::sequenceChunks(*p);
@@ -211,32 +231,54 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   if (*b1 > budget) return out;
   auto b2 = bytesAt(2 * s0, leastPerToken(co));
   if (!b2) return b2.takeError();
-  const double perToken = std::max(1.0, double(*b2 - *b1) / double(s0));
-  out.bytesPerToken = int64_t(perToken);
+  double perToken = std::max(1.0, double(*b2 - *b1) / double(s0));
+  double base = double(*b1), baseSeq = double(s0);
   const double maxSeq = double(int64_t(1) << kMaxTokensLog2);
+  // Short lengths overstate the slope (checkTokensFit says why): where the
+  // line reaches past kSlopeSeq, the slope between kSlopeSeq and twice it.
+  if (baseSeq + (double(budget) - base) / perToken > double(4 * kSlopeSeq)) {
+    auto l1 = bytesAt(kSlopeSeq, leastPerToken(co)), l2 = bytesAt(2 * kSlopeSeq, leastPerToken(co));
+    if (!l1) return l1.takeError();
+    if (!l2) return l2.takeError();
+    if (*l2 <= budget && *l2 > *l1) {
+      perToken = double(*l2 - *l1) / double(kSlopeSeq);
+      base = double(*l2);
+      baseSeq = double(2 * kSlopeSeq);
+    }
+  }
+  out.bytesPerToken = int64_t(perToken);
   // Lengths tried are multiples of 64, and of an explicit --seq-chunks K, which must divide them.
   const int64_t step = passOpts.sequenceChunks > 1 ? std::lcm(s0, passOpts.sequenceChunks) : s0;
-  int64_t seq = int64_t(std::min(maxSeq, double(s0) + double(budget - *b1) / perToken)) / step * step;
+  auto down = [&](double seq) { return int64_t(std::min(seq, maxSeq)) / step * step; };
   out.seq = s0;
   out.deviceBytes = *b1;
   out.pinnedCheckpointBytes = 0;
   out.sequenceChunks = 1;
-  for (int tries = 0; tries < 8 && seq > s0 && seq >= step; ++tries) {
+  // The line's length, then compiles as the flags ask: while none has failed,
+  // 5% longer; while none has fit, 10% shorter; then halving the bracket
+  // [lo, hi) to 1% (or one step), 8 compiles at most. The auto policies fill whatever GPU memory
+  // a plan leaves, so only fit or not is read from these compiles.
+  LongestSeq best = out;
+  int64_t lo = 0, hi = 0, seq = down(baseSeq + (double(budget) - base) / perToken);
+  for (int tries = 0; tries < 8 && seq >= step && seq > lo && (hi == 0 || seq < hi); ++tries) {
     auto b = bytesAt(seq, co);
     if (!b) return b.takeError();
     if (*b <= budget && hostFits) {
-      out.seq = seq;
-      out.deviceBytes = *b;
-      break;
+      lo = seq;
+      best = out; // bytesAt recorded this plan's offload and slices
+      best.seq = seq;
+      best.deviceBytes = *b;
+    } else {
+      hi = seq;
     }
-    // Shorter: the line through seq 64's bytes and these, where the GPU set
-    // the limit (offloaded checkpoints make the bytes less than linear), and
-    // at most 95% of this length.
-    int64_t next = seq / 20 * 19;
-    if (*b > budget && *b > *b1) next = std::min(next, s0 + int64_t(double(budget - *b1) * double(seq - s0) / double(*b - *b1)));
-    seq = next / step * step;
+    if (hi == 0) seq = down(double(lo) * 1.05);
+    else if (lo == 0) seq = down(double(hi) * 0.9);
+    else if (hi - lo <= std::max(step, lo / 100)) break;
+    else seq = down(double(lo + hi) / 2);
   }
-  return out;
+  best.compiles = out.compiles;
+  best.bytesPerToken = out.bytesPerToken;
+  return best;
 }
 
 } // namespace megac::driver

@@ -30,7 +30,7 @@ struct LongestSeq {
   int64_t deviceBytes = 0;   // of the plan at `seq`
   int64_t pinnedCheckpointBytes = 0; // of the plan at `seq`: its offloaded checkpoints
   int64_t sequenceChunks = 1;        // of the plan at `seq`: its MLP blocks' slices (--seq-chunks)
-  int64_t bytesPerToken = 0; // the estimate's slope
+  int64_t bytesPerToken = 0; // between the two longest lengths that fit (else the short estimate)
   int compiles = 0;
 };
 llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, const frontend::ImportOptions &import,

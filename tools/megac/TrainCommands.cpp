@@ -69,7 +69,7 @@ static cl::opt<bool> Stats("stats", cl::desc("Print what the compile read and ev
                            cl::sub(compileCmd()));
 static cl::opt<bool> LongestSeqFlag("longest-seq",
                                     cl::desc("Also report the longest seq that fits the GPU budget (and --host-mem) "
-                                             "at batch 1 (compiles at seq 64 and 128 estimate it, one at it confirms)"),
+                                             "at batch 1 (short compiles estimate it; compiles as the flags ask close in on it to 1%)"),
                                     cl::sub(compileCmd()));
 static cl::opt<std::string> GpuAdamwUnits(
     "gpu-adamw-units",
