@@ -64,7 +64,7 @@ llvm::Expected<plan::CheckpointMeta> readCheckpointMeta(const std::string &stepD
 llvm::Error verifyCheckpointArray(const std::string &stepDir, const plan::CheckpointMeta &meta, llvm::StringRef file,
                                   float *dest = nullptr);
 
-// For readers that map params.f32 themselves (WeightSource): verifies the
+// For readers that map params.f32 themselves (runtime/weights/WeightFiles.cpp): verifies the
 // step directory's params.f32 against `meta` (as readCheckpointMeta returned
 // it). One read of the file, chunks hashed and scanned in parallel.
 inline llvm::Error verifyCheckpointParams(const std::string &stepDir, const plan::CheckpointMeta &meta) {

@@ -72,7 +72,7 @@ static std::string diagnose(const plan::Plan &plan, const TrainLoopOptions &opts
     start = *ck;
     origin = "the checkpoint " + fromCheckpoint + " (step " + std::to_string(start.step) + ")";
   } else {
-    auto w = loadInitialWeights(plan, (*cpu)->state(), {opts.weights, opts.init, opts.initMissing, opts.seed});
+    auto w = loadInitialWeights(plan, (*cpu)->state(), {opts.weights, opts.init, opts.initMissing, opts.seed}, opts.readers);
     if (!w) return "no diagnosis: " + llvm::toString(w.takeError());
     origin = opts.weights.empty() ? "the model's initial weights" : "the weights loaded from " + opts.weights;
   }
@@ -159,7 +159,7 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
       return std::vector<double>{};
     }
   } else {
-    auto loaded = loadInitialWeights(plan, state, {opts.weights, opts.init, opts.initMissing, opts.seed});
+    auto loaded = loadInitialWeights(plan, state, {opts.weights, opts.init, opts.initMissing, opts.seed}, opts.readers);
     if (!loaded) return loaded.takeError();
     if (!opts.quiet)
       for (const std::string &line : loaded->report) llvm::outs() << line << "\n";

@@ -4,6 +4,7 @@
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/Data.h"
 #include "runtime/train/Trainer.h"
+#include "runtime/train/WeightReader.h"
 
 #include <optional>
 
@@ -22,7 +23,8 @@ struct TrainLoopOptions {
   std::string checkpointDir;
   int64_t checkpointEvery = 0;
   std::string resume;            // checkpoint dir to resume from
-  std::string weights;           // --weights: pretrained weights (runtime/train/WeightSource.h)
+  std::string weights;           // --weights: pretrained weights
+  WeightReaders readers;         // how --weights and the plan's model are read: the caller's (the tools inject runtime/weights/)
   bool init = false;             // initialize weights the model file has no data for
   bool initMissing = false;      // initialize parameters --weights lacks
   uint64_t seed = 0;

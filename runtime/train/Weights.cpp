@@ -1,18 +1,10 @@
 #include "runtime/train/Weights.h"
 
-#include "runtime/core/ModelHash.h"
-
 #include "runtime/core/Hash.h"
-#include "runtime/core/TensorFile.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/train/NonFinite.h"
-#include "runtime/train/WeightSource.h"
 
-#include "onnx.pb.h"
-
-#include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/FileSystem.h"
-#include "llvm/Support/Path.h"
 
 #include <algorithm>
 #include <cmath>
@@ -57,10 +49,11 @@ void initializeParameter(const plan::Parameter &p, int32_t index, float *dst, ui
 
 // --weights: every parameter from the source by name, or (--init-missing) initialized.
 static llvm::Expected<LoadedWeights> loadFromSource(const plan::Plan &plan, HostState &state,
-                                                    const WeightOptions &opts) {
-  auto src = openWeightSource(opts.weightsPath);
+                                                    const WeightOptions &opts, const WeightReaders &readers) {
+  if (!readers.openWeights) return err("--weights: no weights reader was given to the runtime");
+  auto src = readers.openWeights(opts.weightsPath);
   if (!src) return src.takeError();
-  WeightSource &s = **src;
+  WeightReader &s = **src;
   std::vector<WantedTensor> wanted;
   std::vector<float *> dsts;
   for (const plan::Parameter &p : plan.parameters()) {
@@ -99,46 +92,24 @@ static llvm::Expected<LoadedWeights> loadFromSource(const plan::Plan &plan, Host
   return out;
 }
 
-llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts) {
-  if (!opts.weightsPath.empty()) return loadFromSource(plan, state, opts);
+llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts,
+                                                 const WeightReaders &readers) {
+  if (!opts.weightsPath.empty()) return loadFromSource(plan, state, opts, readers);
   if (opts.initMissing) return err("--init-missing goes with --weights (it initializes what the weights lack)");
+  if (!readers.openModel) return err("no model reader was given to the runtime");
   const std::string path = plan.model_path();
-  onnx::ModelProto model;
-  bool haveModel = false;
-  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
-  if (buf) {
-    if (!parseWholeMessage((*buf)->getBuffer(), model)) return err(path + ": not a valid ONNX model");
-    haveModel = true;
-    // The plan's own model: its graph and its weights' names and shapes (not their values).
-    if (plan.model_hash() != 0 && onnxModelHash(model) != plan.model_hash())
-      return err(path + ": not the model this plan was compiled from (its graph, or its weights' names or shapes, "
-                        "differ): pass --model with the ONNX file the plan was compiled from, or recompile");
-  } else if (!opts.init) {
-    return err(path + ": cannot read the model's weights (" + buf.getError().message() +
-               "); pass --model FILE where the plan's ONNX file has moved (the plan looks for it at the same place "
-               "relative to the plan as at compile time), --weights FILE, or --init to initialize them");
-  }
-  std::map<std::string, const onnx::TensorProto *> inits;
-  if (haveModel)
-    for (const auto &t : model.graph().initializer()) inits[t.name()] = &t;
-  std::string baseDir = std::string(llvm::sys::path::parent_path(path));
-  if (baseDir.empty()) baseDir = ".";
+  auto model = readers.openModel(plan, opts.init);
+  if (!model) return model.takeError();
+  WeightReader &r = **model;
+  std::map<std::string, int32_t> byName; // the model's weights by their exact names
+  for (size_t j = 0; j < r.tensors.size(); ++j) byName[r.tensors[j].name] = int32_t(j); // the last of a name, as before
   int initialized = 0;
+  WeightReadStats stats;
   for (int i = 0; i < plan.parameters_size(); ++i) {
     const plan::Parameter &p = plan.parameters(i);
     float *dst = state.params.data() + p.host_offset();
-    auto it = inits.find(p.name());
-    const onnx::TensorProto *tp = it == inits.end() ? nullptr : it->second;
-    bool external = tp && hasExternalData(*tp);
-    std::optional<ExternalLocation> loc;
-    if (external) {
-      auto l = externalLocation(*tp, p.name());
-      if (!l) return l.takeError();
-      llvm::SmallString<256> f(baseDir);
-      llvm::sys::path::append(f, l->location);
-      if (llvm::sys::fs::exists(f)) loc = *l;
-    }
-    if (!tp || (external && !loc)) {
+    auto it = byName.find(p.name());
+    if (it == byName.end()) {
       if (!opts.init)
         return err(path + ": parameter '" + p.name() +
                    "' has no data; pass --weights with pretrained weights, or --init to initialize it");
@@ -146,20 +117,13 @@ llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostSta
       ++initialized;
       continue;
     }
-    if (tp->data_type() != onnx::TensorProto::FLOAT)
-      return err(path + ": parameter '" + p.name() + "' is not float32");
-    int64_t n = 1;
-    for (int64_t d : tp->dims()) n *= d;
-    if (n != p.numel())
-      return err(path + ": parameter '" + p.name() + "' has " + llvm::Twine(n) + " elements, the plan expects " +
+    const SourceTensor &t = r.tensors[size_t(it->second)];
+    if (t.dtype != DType::F32) return err(path + ": parameter '" + p.name() + "' is not float32");
+    if (t.numel != p.numel())
+      return err(path + ": parameter '" + p.name() + "' has " + llvm::Twine(t.numel) + " elements, the plan expects " +
                  llvm::Twine(p.numel()) + ": the plan was compiled from another model");
-    if (loc) {
-      if (auto e = readExternal(baseDir, *loc, p.name(), dst, p.numel() * 4)) return std::move(e);
-    } else {
-      auto t = tensorFromProto(*tp, p.name());
-      if (!t) return err(path + ": " + llvm::toString(t.takeError()));
-      std::memcpy(dst, t->raw(), size_t(p.numel()) * 4);
-    }
+    // One at a time, in plan order: the first bad parameter is the one an error names.
+    if (auto e = r.read({{it->second, dst}}, stats)) return std::move(e);
   }
   for (const plan::Parameter &p : plan.parameters()) {
     int64_t bad = firstNonFinite(state.params.data() + p.host_offset(), p.numel());

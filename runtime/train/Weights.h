@@ -1,10 +1,12 @@
 #pragma once
-// Initial weights for a plan: the bytes of the ONNX file's initializers,
-// pretrained weights given with --weights (Hugging Face safetensors, another
-// ONNX file, a megac checkpoint's parameters; runtime/train/WeightSource.h),
-// matched to the plan's parameters by name (runtime/train/NameMatch.h), or
-// Hugging Face-style initialization (--init) for weights that have no data.
+// Initial weights for a plan: the plan's own model's weights by their exact
+// names, pretrained weights given with --weights matched to the plan's
+// parameters by name (runtime/train/NameMatch.h), or Hugging Face-style
+// initialization (--init) for weights that have no data. Both are read
+// through the readers the caller passes (runtime/train/WeightReader.h; the
+// tools pass runtime/weights/WeightFiles.h's).
 #include "runtime/train/Trainer.h"
+#include "runtime/train/WeightReader.h"
 
 #include <utility>
 
@@ -24,7 +26,8 @@ struct LoadedWeights {
   std::vector<std::pair<std::string, std::string>> names; // plan parameter -> the source's tensor
 };
 
-llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts);
+llvm::Expected<LoadedWeights> loadInitialWeights(const plan::Plan &plan, HostState &state, const WeightOptions &opts,
+                                                 const WeightReaders &readers);
 
 // The FNV-1a hash codegen records over the parameters' bytes, in plan order.
 uint64_t hashParameters(const plan::Plan &plan, const HostState &state);

@@ -1,12 +1,12 @@
 // checkpoint.meta bytes -> the readers a checkpoint directory goes through
 // without a plan: runtime::readCheckpointMeta, readCheckpointWeights (what
-// `megac export` reads) and the checkpoint WeightSource (`--weights DIR`),
+// `megac export` reads) and the checkpoint WeightReader (`--weights DIR`),
 // each tensor read. The step directory holds a fixed params.f32 of 16 floats
 // beside the fuzzed meta, so the sizes the meta claims meet a real file.
 #include "FuzzUtil.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/CheckpointWeights.h"
-#include "runtime/train/WeightSource.h"
+#include "runtime/weights/WeightFiles.h"
 
 #include <vector>
 #include "ProtoMutator.h"

@@ -1,10 +1,10 @@
 // Safetensors file bytes (8-byte header length, JSON header, data) ->
 // readSafetensorsHeader (which calls parseSafetensorsHeader), readSafetensors,
-// and the safetensors WeightSource that `--weights` opens, each tensor read
+// and the safetensors WeightReader that `--weights` opens, each tensor read
 // and converted to fp32.
 #include "FuzzUtil.h"
 #include "runtime/core/Safetensors.h"
-#include "runtime/train/WeightSource.h"
+#include "runtime/weights/WeightFiles.h"
 
 #include <vector>
 

@@ -17,6 +17,7 @@
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/train/Trainer.h"
 #include "runtime/train/Weights.h"
+#include "runtime/weights/WeightFiles.h"
 
 namespace {
 
@@ -44,7 +45,7 @@ const Fixture &fixture() {
     }
     x.plan = *p;
     auto t = runtime::Trainer::create(x.plan);
-    auto w = t ? runtime::loadInitialWeights(x.plan, (*t)->state(), {}) : llvm::Expected<runtime::LoadedWeights>(t.takeError());
+    auto w = t ? runtime::loadInitialWeights(x.plan, (*t)->state(), {}, runtime::fileWeightReaders()) : llvm::Expected<runtime::LoadedWeights>(t.takeError());
     if (!w) {
       std::fprintf(stderr, "fuzz_stream_schedule: %s\n", llvm::toString(w.takeError()).c_str());
       std::abort();

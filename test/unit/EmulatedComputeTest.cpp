@@ -6,6 +6,7 @@
 #include "runtime/cpu/Gemm.h"
 #include "runtime/train/Trainer.h"
 #include "runtime/train/Weights.h"
+#include "runtime/weights/WeightFiles.h"
 
 #include <gtest/gtest.h>
 
@@ -77,7 +78,7 @@ std::unique_ptr<runtime::Trainer> emulatingTrainer(const plan::Plan &p) {
     ADD_FAILURE() << llvm::toString(t.takeError());
     return nullptr;
   }
-  if (auto e = runtime::loadInitialWeights(p, (*t)->state(), {}); !e) {
+  if (auto e = runtime::loadInitialWeights(p, (*t)->state(), {}, runtime::fileWeightReaders()); !e) {
     ADD_FAILURE() << llvm::toString(e.takeError());
     return nullptr;
   }

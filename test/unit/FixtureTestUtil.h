@@ -10,6 +10,7 @@
 #include "runtime/train/TrainLoop.h"
 #include "runtime/train/Trainer.h"
 #include "runtime/train/Weights.h"
+#include "runtime/weights/WeightFiles.h"
 
 #include <gtest/gtest.h>
 
@@ -278,7 +279,7 @@ inline std::unique_ptr<runtime::Trainer> withWeights(llvm::Expected<std::unique_
     ADD_FAILURE() << llvm::toString(t.takeError());
     return nullptr;
   }
-  auto n = runtime::loadInitialWeights(p, (*t)->state(), {});
+  auto n = runtime::loadInitialWeights(p, (*t)->state(), {}, runtime::fileWeightReaders());
   if (!n) {
     ADD_FAILURE() << llvm::toString(n.takeError());
     return nullptr;
@@ -307,6 +308,7 @@ inline std::vector<double> trainOnText(runtime::Trainer &t, const std::string &t
   lo.checkpointDir = ckpt;
   lo.checkpointEvery = every;
   lo.resume = resume;
+  lo.readers = runtime::fileWeightReaders();
   auto losses = runtime::runTraining(t, lo);
   EXPECT_TRUE(bool(losses)) << (losses ? "" : llvm::toString(losses.takeError()));
   return losses ? *losses : std::vector<double>{};

@@ -5,7 +5,7 @@
 #include "runtime/core/Safetensors.h"
 #include "runtime/core/TensorFile.h"
 #include "runtime/train/Checkpoint.h"
-#include "runtime/train/HfExport.h"
+#include "runtime/weights/HfExport.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/JSON.h"

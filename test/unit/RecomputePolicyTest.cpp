@@ -9,6 +9,7 @@
 #include "runtime/plan/UnitPrograms.h"
 #include "runtime/train/Trainer.h"
 #include "runtime/train/Weights.h"
+#include "runtime/weights/WeightFiles.h"
 
 using namespace megac;
 using namespace megac::testing;
@@ -27,7 +28,7 @@ std::vector<float> gradients(const plan::Plan &p, const std::string &model, doub
     ADD_FAILURE() << llvm::toString(t.takeError());
     return {};
   }
-  auto w = runtime::loadInitialWeights(p, (*t)->state(), {});
+  auto w = runtime::loadInitialWeights(p, (*t)->state(), {}, runtime::fileWeightReaders());
   if (!w) {
     ADD_FAILURE() << llvm::toString(w.takeError());
     return {};

@@ -9,6 +9,7 @@
 #include "driver/Compile.h"
 #include "frontend/TensorProto.h"
 #include "runtime/train/Weights.h"
+#include "runtime/weights/WeightFiles.h"
 
 #include <gtest/gtest.h>
 
@@ -61,7 +62,7 @@ inline void checkTokenWeightedStep(const TrainerFactory &makeTrainer, double tol
   ASSERT_TRUE(bool(trainer)) << llvm::toString(trainer.takeError());
   runtime::WeightOptions wo;
   wo.weightsPath = fixtureDir("hf_tiny/llama/f32");
-  auto loaded = runtime::loadInitialWeights(*plan, (*trainer)->state(), wo);
+  auto loaded = runtime::loadInitialWeights(*plan, (*trainer)->state(), wo, runtime::fileWeightReaders());
   ASSERT_TRUE(bool(loaded)) << llvm::toString(loaded.takeError());
   const std::vector<float> before = (*trainer)->state().params;
 

@@ -3,7 +3,7 @@
 // the errors), and a sharded checkpoint read through the index.
 #include "runtime/core/Safetensors.h"
 #include "runtime/train/NameMatch.h"
-#include "runtime/train/WeightSource.h"
+#include "runtime/weights/WeightFiles.h"
 
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"

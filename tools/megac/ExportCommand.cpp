@@ -2,7 +2,7 @@
 //                              [--hf OUT_DIR [--hf-config DIR] [--dtype fp32|bf16] [--max-shard-size 5GB]]
 #include "frontend/OnnxExport.h"
 #include "runtime/train/CheckpointWeights.h"
-#include "runtime/train/HfExport.h"
+#include "runtime/weights/HfExport.h"
 #include "tools/megac/Driver.h"
 
 #include "runtime/core/TensorFile.h"

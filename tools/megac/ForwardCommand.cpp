@@ -2,7 +2,7 @@
 #include "frontend/TensorProto.h"
 #include "ir/Eval.h"
 #include "ir/TiedWeights.h"
-#include "runtime/train/WeightSource.h"
+#include "runtime/weights/WeightFiles.h"
 #include "tools/megac/Driver.h"
 
 #include "llvm/Support/Format.h"
@@ -32,7 +32,7 @@ static cl::opt<std::string> WeightsPath(
 static llvm::Error bindWeights(ir::Graph &g, const std::string &weights) {
   auto src = runtime::openWeightSource(weights);
   if (!src) return src.takeError();
-  runtime::WeightSource &s = **src;
+  runtime::WeightReader &s = **src;
   const std::set<ir::ValueId> tied = ir::tiedEmbeddingHeads(g);
   std::vector<ir::ValueId> ids;
   std::vector<runtime::WantedTensor> wanted;

@@ -12,7 +12,7 @@
 #include "passes/AttentionMask.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/train/TrainLoop.h"
-#include "runtime/train/WeightSource.h"
+#include "runtime/weights/WeightFiles.h"
 #include "tools/inspect/PlanTimeline.h"
 #ifdef MEGAC_HAS_CUDA
 #include "runtime/cuda/CudaTrainer.h"
@@ -507,6 +507,7 @@ static int trainOnPlan(plan::Plan plan) {
   lo.init = Init;
   lo.initMissing = InitMissing;
   lo.seed = uint64_t(plan.optimizer().seed());
+  lo.readers = runtime::fileWeightReaders(); // the runtime reads weights through these (runtime/weights/)
   lo.logPath = Log;
   if (InitMissing && Weights.empty())
     return reportError(flagError("--init-missing goes with --weights (it initializes what the weights lack)"));

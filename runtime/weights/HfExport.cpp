@@ -1,10 +1,10 @@
-#include "runtime/train/HfExport.h"
+#include "runtime/weights/HfExport.h"
 
 #include "runtime/core/CheckedSize.h"
 #include "runtime/core/Safetensors.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/NonFinite.h"
-#include "runtime/train/WeightSource.h"
+#include "runtime/weights/WeightFiles.h"
 
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/FileSystem.h"

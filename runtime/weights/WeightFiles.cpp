@@ -1,14 +1,15 @@
-#include "runtime/train/WeightSource.h"
+#include "runtime/weights/WeightFiles.h"
 
 #include "runtime/core/CheckedSize.h"
 #include "runtime/core/ContainedPath.h"
+#include "runtime/core/ModelHash.h"
 #include "runtime/core/Safetensors.h"
 #include "runtime/core/TensorFile.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/train/Checkpoint.h"
-#include "runtime/train/NonFinite.h"
 
 #include "onnx.pb.h"
+#include "plan.pb.h"
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
@@ -121,7 +122,7 @@ static bool convertible(DType t) {
   return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F64;
 }
 
-static llvm::Error checkConvertible(const WeightSource &s, int32_t i) {
+static llvm::Error checkConvertible(const WeightReader &s, int32_t i) {
   const SourceTensor &t = s.tensors[size_t(i)];
   const std::string &file = s.files.empty() ? s.given : s.files[size_t(t.file)];
   if (!convertible(t.dtype))
@@ -171,7 +172,7 @@ private:
 
 // Reads each file's wanted tensors through one mapping of that file.
 // `fileSizes[f]` is the size the headers were checked against.
-static llvm::Error readMapped(const WeightSource &s, const std::vector<uint64_t> &fileSizes,
+static llvm::Error readMapped(const WeightReader &s, const std::vector<uint64_t> &fileSizes,
                               std::vector<std::pair<int32_t, float *>> wanted, WeightReadStats &stats) {
   for (const auto &w : wanted)
     if (auto e = checkConvertible(s, w.first)) return e;
@@ -197,7 +198,7 @@ static llvm::Error readMapped(const WeightSource &s, const std::vector<uint64_t>
 
 // --- safetensors: one file or an index of shards ---
 
-class SafetensorsSource : public WeightSource {
+class SafetensorsSource : public WeightReader {
 public:
   std::vector<uint64_t> fileSizes;
   std::string describe() const override {
@@ -232,14 +233,13 @@ public:
   }
 };
 
-static llvm::Expected<std::unique_ptr<WeightSource>> openSafetensors(const std::string &given,
+static llvm::Expected<std::unique_ptr<WeightReader>> openSafetensors(const std::string &given,
                                                                        const std::string &file) {
   auto src = std::make_unique<SafetensorsSource>();
   src->given = given;
-  src->format = WeightFormat::Safetensors;
   if (!llvm::StringRef(file).endswith(".json")) {
     if (auto e = src->addFile(file, nullptr)) return std::move(e);
-    return std::unique_ptr<WeightSource>(std::move(src));
+    return std::unique_ptr<WeightReader>(std::move(src));
   }
   auto buf = llvm::MemoryBuffer::getFile(file, false, false);
   if (!buf) return err(file + ": cannot read: " + buf.getError().message());
@@ -276,12 +276,12 @@ static llvm::Expected<std::unique_ptr<WeightSource>> openSafetensors(const std::
         if (!found.count(n)) return err(p + ": has no tensor '" + n + "', which " + file + " places there");
     }
   }
-  return std::unique_ptr<WeightSource>(std::move(src));
+  return std::unique_ptr<WeightReader>(std::move(src));
 }
 
 // --- ONNX initializers ---
 
-class OnnxSource : public WeightSource {
+class OnnxSource : public WeightReader {
 public:
   onnx::ModelProto model;
   std::vector<const onnx::TensorProto *> protos; // per tensor
@@ -314,10 +314,9 @@ public:
   }
 };
 
-static llvm::Expected<std::unique_ptr<WeightSource>> openOnnx(const std::string &file) {
+static llvm::Expected<std::unique_ptr<WeightReader>> openOnnx(const std::string &file) {
   auto src = std::make_unique<OnnxSource>();
   src->given = file;
-  src->format = WeightFormat::Onnx;
   auto buf = llvm::MemoryBuffer::getFile(file, false, false);
   if (!buf) return err(file + ": cannot read: " + buf.getError().message());
   if (!parseWholeMessage((*buf)->getBuffer(), src->model))
@@ -341,12 +340,12 @@ static llvm::Expected<std::unique_ptr<WeightSource>> openOnnx(const std::string 
     src->protos.push_back(&p);
     src->tensors.push_back(std::move(t));
   }
-  return std::unique_ptr<WeightSource>(std::move(src));
+  return std::unique_ptr<WeightReader>(std::move(src));
 }
 
 // --- a megac checkpoint's parameters ---
 
-class CheckpointSource : public WeightSource {
+class CheckpointSource : public WeightReader {
 public:
   int64_t step = 0;
   std::vector<uint64_t> fileSizes;
@@ -356,7 +355,7 @@ public:
   }
 };
 
-static llvm::Expected<std::unique_ptr<WeightSource>> openCheckpoint(const std::string &given) {
+static llvm::Expected<std::unique_ptr<WeightReader>> openCheckpoint(const std::string &given) {
   auto stepDir = resolveCheckpoint(given);
   if (!stepDir) return stepDir.takeError();
   auto meta = readCheckpointMeta(*stepDir);
@@ -365,7 +364,6 @@ static llvm::Expected<std::unique_ptr<WeightSource>> openCheckpoint(const std::s
   if (auto e = verifyCheckpointParams(*stepDir, *meta)) return std::move(e);
   auto src = std::make_unique<CheckpointSource>();
   src->given = given;
-  src->format = WeightFormat::MegacCheckpoint;
   src->step = meta->step();
   std::string params = join(*stepDir, "params.f32");
   uint64_t size = 0;
@@ -387,46 +385,13 @@ static llvm::Expected<std::unique_ptr<WeightSource>> openCheckpoint(const std::s
     t.begin = uint64_t(p.host_offset()) * 4;
     src->tensors.push_back(std::move(t));
   }
-  return std::unique_ptr<WeightSource>(std::move(src));
+  return std::unique_ptr<WeightReader>(std::move(src));
 }
 
-llvm::Expected<MatchedLoad> loadMatched(WeightSource &source, const std::vector<WantedTensor> &wanted,
-                                        const std::vector<float *> &dsts, const NameMatchOptions &opts) {
-  std::vector<OfferedTensor> offered;
-  for (const SourceTensor &t : source.tensors) {
-    const char *st = safetensorsDTypeName(t.dtype);
-    offered.push_back({t.name, t.shape, st ? st : dtypeName(t.dtype)});
-  }
-  auto match = matchWeightNames(wanted, offered, opts);
-  if (!match) return match.takeError();
-  MatchedLoad out{std::move(*match), {}};
-  std::vector<std::pair<int32_t, float *>> reads;
-  for (size_t i = 0; i < wanted.size(); ++i)
-    if (out.match.source[i] >= 0) reads.push_back({out.match.source[i], dsts[i]});
-  if (auto e = source.read(reads, out.stats)) return std::move(e);
-  for (const auto &[j, dst] : reads) {
-    const SourceTensor &t = source.tensors[size_t(j)];
-    int64_t bad = firstNonFinite(dst, t.numel);
-    if (bad >= 0)
-      return err(source.given + ": tensor '" + t.name + "' holds " + std::to_string(dst[bad]) + " at element " +
-                 llvm::Twine(bad) + ": the weights are corrupt");
-  }
-  return out;
-}
-
-std::string loadSummary(int32_t loaded, size_t total, const char *noun, const WeightReadStats &stats) {
-  const double b = double(stats.bytes);
-  char line[200];
-  std::snprintf(line, sizeof line, "loaded %d of %zu %s (%.2f %s read from %d file%s in %.2f s, %.2f GB/s)", loaded,
-                total, noun, b >= 1e9 ? b / 1e9 : b / 1e6, b >= 1e9 ? "GB" : "MB", stats.files,
-                stats.files == 1 ? "" : "s", stats.seconds, b / 1e9 / std::max(stats.seconds, 1e-9));
-  return line;
-}
-
-llvm::Expected<std::unique_ptr<WeightSource>> openWeightSource(const std::string &given) {
+llvm::Expected<std::unique_ptr<WeightReader>> openWeightSource(const std::string &given) {
   auto kind = classifyWeightsPath(given);
   if (!kind) return kind.takeError();
-  llvm::Expected<std::unique_ptr<WeightSource>> src = [&]() -> llvm::Expected<std::unique_ptr<WeightSource>> {
+  llvm::Expected<std::unique_ptr<WeightReader>> src = [&]() -> llvm::Expected<std::unique_ptr<WeightReader>> {
     switch (kind->format) {
     case WeightFormat::Safetensors: return openSafetensors(given, kind->path);
     case WeightFormat::MegacCheckpoint: return openCheckpoint(kind->path);
@@ -440,5 +405,47 @@ llvm::Expected<std::unique_ptr<WeightSource>> openWeightSource(const std::string
     if (!seen.insert(t.name).second) return err(given + ": tensor '" + t.name + "' appears twice");
   return src;
 }
+
+// --- the plan's own model ---
+
+llvm::Expected<std::unique_ptr<WeightReader>> openPlanModel(const plan::Plan &plan, bool allowUnreadable) {
+  const std::string path = plan.model_path();
+  auto src = std::make_unique<OnnxSource>();
+  src->given = path;
+  auto buf = llvm::MemoryBuffer::getFile(path, false, false);
+  if (!buf) {
+    if (allowUnreadable) return std::unique_ptr<WeightReader>(std::move(src)); // --init: every parameter
+    return err(path + ": cannot read the model's weights (" + buf.getError().message() +
+               "); pass --model FILE where the plan's ONNX file has moved (the plan looks for it at the same place "
+               "relative to the plan as at compile time), --weights FILE, or --init to initialize them");
+  }
+  if (!parseWholeMessage((*buf)->getBuffer(), src->model)) return err(path + ": not a valid ONNX model");
+  // The plan's own model: its graph and its weights' names and shapes (not their values).
+  if (plan.model_hash() != 0 && onnxModelHash(src->model) != plan.model_hash())
+    return err(path + ": not the model this plan was compiled from (its graph, or its weights' names or shapes, "
+                      "differ): pass --model with the ONNX file the plan was compiled from, or recompile");
+  src->baseDir = std::string(path::parent_path(path));
+  if (src->baseDir.empty()) src->baseDir = ".";
+  for (const onnx::TensorProto &p : src->model.graph().initializer()) {
+    // External data whose file is absent: a weight without data (--init
+    // initializes it). A location that cannot be parsed is read's error.
+    if (hasExternalData(p)) {
+      auto loc = externalLocation(p, p.name());
+      if (loc && !fs::exists(join(src->baseDir, loc->location))) continue;
+      if (!loc) llvm::consumeError(loc.takeError());
+    }
+    SourceTensor t;
+    t.name = p.name();
+    t.dtype = DType(p.data_type()); // ONNX's numbering
+    t.shape.assign(p.dims().begin(), p.dims().end());
+    t.numel = 1;
+    for (int64_t d : p.dims()) t.numel *= d;
+    src->protos.push_back(&p);
+    src->tensors.push_back(std::move(t));
+  }
+  return std::unique_ptr<WeightReader>(std::move(src));
+}
+
+WeightReaders fileWeightReaders() { return {openWeightSource, openPlanModel}; }
 
 } // namespace megac::runtime
