@@ -410,7 +410,9 @@ int runCompile() {
     if (l->seq && l->pinnedCheckpointBytes)
       llvm::outs() << ", with " << llvm::format("%.2f", double(l->pinnedCheckpointBytes) / gib)
                    << " GiB of checkpoints offloaded to pinned host memory";
-    if (l->seq && l->sequenceChunks > 1) llvm::outs() << ", the MLP blocks in " << l->sequenceChunks << " slices of the sequence";
+    if (l->seq && l->sequenceChunks > 1)
+      llvm::outs() << ", the MLP blocks in " << l->sequenceChunks << " slices of the sequence"
+                   << (in->flags.passes.sequenceChunks < 0 ? " (or the fewer that auto takes where they fit)" : "");
     if (l->seq) llvm::outs() << "\n";
   }
   llvm::outs() << "wrote " << PlanOut << "\n";
