@@ -200,10 +200,10 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
 llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, const frontend::ImportOptions &import,
                                               const passes::PassOptions &passOpts, const CodegenOptions &co) {
   LongestSeq out;
-  // The estimate from the least GPU memory per token (checkpoints offloaded
-  // where allowed), confirmed by a compile as the flags ask for it, which
-  // must also fit --host-mem where it is given (offloaded checkpoints take
-  // pinned host memory).
+  // An estimate from the least GPU memory per token (checkpoints offloaded
+  // where allowed), then compiles as the flags ask close in on the length;
+  // a length fits where its plan fits the GPU budget and --host-mem, where
+  // given (offloaded checkpoints take pinned host memory).
   bool hostFits = true;
   const int64_t s0 = 64, budget = co.schedule.gpuBudgetBytes;
   auto bytesAt = [&](int64_t seq, const CodegenOptions &opts) -> llvm::Expected<int64_t> {
@@ -256,8 +256,8 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   out.sequenceChunks = 1;
   // The line's length, then compiles as the flags ask: while none has failed,
   // 5% longer; while none has fit, 10% shorter; then halving the bracket
-  // [lo, hi) to 1% (or one step), 8 compiles at most. The auto policies fill whatever GPU memory
-  // a plan leaves, so only fit or not is read from these compiles.
+  // [lo, hi) to 1% (or one step), 8 compiles at most. The auto policies fill
+  // whatever GPU memory a plan leaves, so only fit or not is read from them.
   LongestSeq best = out;
   int64_t lo = 0, hi = 0, seq = down(baseSeq + (double(budget) - base) / perToken);
   for (int tries = 0; tries < 8 && seq >= step && seq > lo && (hi == 0 || seq < hi); ++tries) {
