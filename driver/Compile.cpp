@@ -206,15 +206,13 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   // given (offloaded checkpoints take pinned host memory).
   bool hostFits = true;
   const int64_t s0 = 64, budget = co.schedule.gpuBudgetBytes;
-  auto bytesAt = [&](int64_t seq, const CodegenOptions &opts) -> llvm::Expected<int64_t> {
+  // One compile at batch 1 x seq: with `po` as given, or with auto's slice
+  // tries (compileChunked) where `tryChunks`.
+  auto bytesAt = [&](int64_t seq, const passes::PassOptions &po, const CodegenOptions &opts,
+                     bool tryChunks = false) -> llvm::Expected<int64_t> {
     ++out.compiles;
-    // The search's compiles take auto's most slices outright: a length fits
-    // with auto's slices exactly where it fits with 64 (auto stops at the
-    // fewest that fit), and each count auto tries is a compile.
-    auto p = seq == s0 || seq == 2 * s0 ? compilePlan(modelPath, atShape(import, 1, seq), leastPerToken(passOpts, s0), opts)
-             : passOpts.sequenceChunks < 0 && seq % kMaxAutoChunks == 0 && seq / kMaxAutoChunks >= 64
-                 ? compilePlan(modelPath, atShape(import, 1, seq), leastPerToken(passOpts, seq), opts)
-                 : compileChunked(modelPath, atShape(import, 1, seq), passOpts, opts);
+    auto p = tryChunks ? compileChunked(modelPath, atShape(import, 1, seq), po, opts)
+                       : compilePlan(modelPath, atShape(import, 1, seq), po, opts);
     if (!p) return p.takeError();
     out.pinnedCheckpointBytes = p->schedule().pinned_checkpoint_bytes();
     out.sequenceChunks = plan::sequenceChunks(*p);
@@ -226,10 +224,10 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
       }
     return p->schedule().device_bytes();
   };
-  auto b1 = bytesAt(s0, leastPerToken(co));
+  auto b1 = bytesAt(s0, leastPerToken(passOpts, s0), leastPerToken(co));
   if (!b1) return b1.takeError();
   if (*b1 > budget) return out;
-  auto b2 = bytesAt(2 * s0, leastPerToken(co));
+  auto b2 = bytesAt(2 * s0, leastPerToken(passOpts, s0), leastPerToken(co));
   if (!b2) return b2.takeError();
   double perToken = std::max(1.0, double(*b2 - *b1) / double(s0));
   double base = double(*b1), baseSeq = double(s0);
@@ -237,7 +235,8 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   // Short lengths overstate the slope (checkTokensFit says why): where the
   // line reaches past kSlopeSeq, the slope between kSlopeSeq and twice it.
   if (baseSeq + (double(budget) - base) / perToken > double(4 * kSlopeSeq)) {
-    auto l1 = bytesAt(kSlopeSeq, leastPerToken(co)), l2 = bytesAt(2 * kSlopeSeq, leastPerToken(co));
+    auto l1 = bytesAt(kSlopeSeq, leastPerToken(passOpts, kSlopeSeq), leastPerToken(co));
+    auto l2 = bytesAt(2 * kSlopeSeq, leastPerToken(passOpts, 2 * kSlopeSeq), leastPerToken(co));
     if (!l1) return l1.takeError();
     if (!l2) return l2.takeError();
     if (*l2 <= budget && *l2 > *l1) {
@@ -261,7 +260,11 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   LongestSeq best = out;
   int64_t lo = 0, hi = 0, seq = down(baseSeq + (double(budget) - base) / perToken);
   for (int tries = 0; tries < 8 && seq >= step && seq > lo && (hi == 0 || seq < hi); ++tries) {
-    auto b = bytesAt(seq, co);
+    // Auto's most slices outright where they apply: a length fits with
+    // auto's slices exactly where it fits with 64 (auto stops at the fewest
+    // that fit), and each count auto tries is a compile.
+    const bool most = passOpts.sequenceChunks < 0 && seq % kMaxAutoChunks == 0 && seq / kMaxAutoChunks >= 64;
+    auto b = most ? bytesAt(seq, leastPerToken(passOpts, seq), co) : bytesAt(seq, passOpts, co, true);
     if (!b) return b.takeError();
     if (*b <= budget && hostFits) {
       lo = seq;
