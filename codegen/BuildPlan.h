@@ -11,7 +11,7 @@ namespace megac::codegen {
 
 struct CodegenOptions {
   std::string modelPath;
-  plan::Optimizer optimizer;
+  plan::Optimizer optimizer = plan::defaultOptimizer();
   std::string compute = "fp32";
   int64_t ignoreIndex = -100;
   bool hashWeights = true;

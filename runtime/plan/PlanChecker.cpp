@@ -5,6 +5,7 @@
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <numeric>
 #include <tuple>
@@ -770,7 +771,26 @@ private:
 
 } // namespace
 
+llvm::Error checkOptimizer(const Optimizer &o) {
+  auto bad = [](const char *field, double v, const char *want) {
+    return violation("optimizer", llvm::Twine(field) + " is " + llvm::Twine(std::to_string(v)) + "; it must be " + want);
+  };
+  const std::pair<const char *, double> nonNegative[] = {
+      {"lr", o.lr()}, {"min_lr", o.min_lr()}, {"weight_decay", o.weight_decay()}, {"clip", o.clip()}};
+  for (auto [field, v] : nonNegative)
+    if (!(std::isfinite(v) && v >= 0)) return bad(field, v, "a finite number >= 0");
+  for (auto [field, v] : {std::pair<const char *, double>{"beta1", o.beta1()}, {"beta2", o.beta2()}})
+    if (!(v >= 0 && v < 1)) return bad(field, v, "in [0, 1)");
+  if (!(std::isfinite(o.eps()) && o.eps() > 0)) return bad("eps", o.eps(), "a finite number > 0");
+  if (o.warmup() < 0) return bad("warmup", double(o.warmup()), ">= 0");
+  if (o.grad_accum() < 0) return bad("grad_accum", double(o.grad_accum()), ">= 0");
+  if (!o.schedule().empty() && o.schedule() != "constant" && o.schedule() != "cosine")
+    return violation("optimizer", "schedule is '" + o.schedule() + "'; it must be 'constant' or 'cosine'");
+  return llvm::Error::success();
+}
+
 llvm::Error checkPlan(const Plan &p) {
+  if (auto e = checkOptimizer(p.optimizer())) return e;
   for (const Template &t : p.templates()) {
     std::vector<const Program *> programs = templatePrograms(t);
     for (size_t i = 0; i < programs.size(); ++i) {

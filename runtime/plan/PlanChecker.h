@@ -50,14 +50,20 @@
 // The error names the violation kind first ("arena overlap", "region
 // overlap", "missing wait", "read before prefetch", "read before write",
 // "slot reused early", "region lifetime", "region size", "over budget",
-// "malformed plan"), then the action index, unit, region or value names.
+// "malformed plan", "optimizer"), then the action index, unit, region or value names.
 #include "runtime/plan/PlanIO.h"
 
 namespace megac::plan {
 
 // Plans without a schedule (CPU only) are checked for their arenas alone,
-// where they have them.
+// where they have them; every plan for its optimizer (checkOptimizer).
 llvm::Error checkPlan(const Plan &p);
+
+// AdamW's hyperparameters in range ("optimizer" errors, naming the field):
+// lr, min_lr, weight_decay and clip finite and >= 0, beta1 and beta2 in
+// [0, 1), eps finite and > 0, warmup and grad_accum >= 0, the schedule
+// "constant", "cosine" or empty.
+llvm::Error checkOptimizer(const Optimizer &o);
 
 // One program's arena alone; `what` names it in messages ("template 'x' forward").
 llvm::Error checkArena(const Program &prog, const std::string &what);

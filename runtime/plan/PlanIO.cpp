@@ -205,4 +205,16 @@ llvm::Expected<megac::Attrs> fromProto(const google::protobuf::RepeatedPtrField<
   return attrs;
 }
 
+Optimizer defaultOptimizer() {
+  Optimizer o;
+  o.set_lr(1e-3f);
+  o.set_beta1(0.9f);
+  o.set_beta2(0.999f);
+  o.set_eps(1e-8f);
+  o.set_weight_decay(0.01f);
+  o.set_schedule("constant");
+  o.set_grad_accum(1);
+  return o;
+}
+
 } // namespace megac::plan

@@ -31,6 +31,13 @@ llvm::Error writePlan(const Plan &p, const std::string &path);
 // again from wherever the plan now is.
 llvm::Expected<Plan> readPlan(const std::string &path);
 
+// AdamW as `megac compile` sets it without flags: lr 1e-3, betas (0.9, 0.999),
+// eps 1e-8, weight decay 0.01, a constant schedule, no clipping, one
+// micro-batch a step. What a plan built through the API starts from
+// (codegen::CodegenOptions), so that no caller gets beta2 = eps = 0 by
+// leaving them out (an update of g / |g|, NaN where g is 0).
+Optimizer defaultOptimizer();
+
 // Sets each parameter's weight-decay flag from the optimizer's no_decay
 // regex (matched against the whole name; empty: every parameter decays).
 llvm::Error applyNoDecay(Plan &p);

@@ -77,6 +77,36 @@ TEST_P(ChunkSequence, ChunkedMlpGradientsEqualTheUnchunkedOnes) {
   }
 }
 
+// What the GPU test (GpuChunkSequence) runs, on the CPU: one forward and
+// backward, then 3 AdamW steps on the same trainer; every step trains, and
+// the chunked losses follow the whole blocks' (summation order apart).
+TEST_P(ChunkSequence, TrainsAfterAForwardBackward) {
+  const std::string model = GetParam();
+  for (bool streamed : {false, true}) {
+    std::vector<double> losses[2];
+    for (int chunked = 0; chunked < 2; ++chunked) {
+      SCOPED_TRACE(model + (chunked ? ", 4 chunks" : ", whole") + (streamed ? ", streamed" : ", direct"));
+      const plan::Plan p = compileChunked(model, chunked ? 4 : 1);
+      runtime::CpuOptions o;
+      o.streamSchedule = streamed;
+      o.checkReads = streamed;
+      auto t = withWeights(runtime::Trainer::create(p, o), p);
+      ASSERT_TRUE(t);
+      std::vector<float> grads(t->state().params.size(), 0.0f);
+      auto l = t->forwardBackward(loadRef(model, "input_ids.pb"), loadRef(model, "targets.pb"), 1.0f, &grads, 0.0f);
+      ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
+      const auto mbs = fixtureMicroBatches(model, p.ignore_index(), 1);
+      for (int s = 0; s < 3; ++s) {
+        auto st = t->step(mbs, 1e-2f);
+        ASSERT_TRUE(bool(st)) << "step " << s + 1 << ": " << llvm::toString(st.takeError());
+        losses[chunked].push_back(st->loss);
+      }
+    }
+    for (size_t i = 0; i < losses[0].size(); ++i)
+      EXPECT_NEAR(losses[1][i], losses[0][i], 1e-4 * std::abs(losses[0][i])) << "step " << i + 1;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, ChunkSequence,
                          ::testing::Values("llama", "llama_noopt", "llama_sdpa", "llama_op23", "gpt2", "gpt2_noopt",
                                            "llama_small"));

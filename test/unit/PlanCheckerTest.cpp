@@ -11,6 +11,8 @@
 
 #include "llvm/Support/FileSystem.h"
 
+#include <cmath>
+
 using namespace megac;
 using namespace megac::testing;
 
@@ -70,6 +72,34 @@ TEST(PlanChecker, CompiledPlansAreClean) {
   EXPECT_EQ(check(compileFixture("llama", 5, 3)), "");
   EXPECT_EQ(check(compileFixture("llama", 2, 2, 2)), "");
   EXPECT_EQ(check(compileFixture("llama", 2, 1, 4)), "");
+}
+
+// A plan whose AdamW would divide by zero or diverge is refused, the field
+// named: eps 0 with beta2 0 (what an Optimizer left unset holds) updates by
+// g / |g|, NaN wherever a gradient is 0.
+TEST(PlanChecker, OptimizerOutOfRange) {
+  EXPECT_EQ(check(llama()), "");
+  auto withOptimizer = [](auto set) {
+    plan::Plan p = llama();
+    set(*p.mutable_optimizer());
+    return check(p);
+  };
+  EXPECT_CONTAINS(withOptimizer([](plan::Optimizer &o) { o.set_eps(0); }),
+                  "plan check: optimizer: eps is 0.000000; it must be a finite number > 0");
+  EXPECT_CONTAINS(withOptimizer([](plan::Optimizer &o) { o.set_beta2(1.0f); }), "optimizer: beta2 is 1.000000; it must be in [0, 1)");
+  EXPECT_CONTAINS(withOptimizer([](plan::Optimizer &o) { o.set_beta1(-0.5f); }), "optimizer: beta1 is -0.500000");
+  EXPECT_CONTAINS(withOptimizer([](plan::Optimizer &o) { o.set_lr(std::nanf("")); }), "optimizer: lr is nan");
+  EXPECT_CONTAINS(withOptimizer([](plan::Optimizer &o) { o.set_weight_decay(-1); }), "optimizer: weight_decay is -1.000000");
+  EXPECT_CONTAINS(withOptimizer([](plan::Optimizer &o) { o.set_clip(INFINITY); }), "optimizer: clip is inf");
+  EXPECT_CONTAINS(withOptimizer([](plan::Optimizer &o) { o.set_warmup(-3); }), "optimizer: warmup is -3");
+  EXPECT_CONTAINS(withOptimizer([](plan::Optimizer &o) { o.set_schedule("linear"); }),
+                  "optimizer: schedule is 'linear'; it must be 'constant' or 'cosine'");
+  // What codegen starts from without a caller's optimizer: megac compile's defaults.
+  const plan::Optimizer d = plan::defaultOptimizer();
+  EXPECT_FLOAT_EQ(d.beta2(), 0.999f);
+  EXPECT_FLOAT_EQ(d.eps(), 1e-8f);
+  EXPECT_FALSE(bool(plan::checkOptimizer(d)));
+  EXPECT_FLOAT_EQ(codegen::CodegenOptions().optimizer.eps(), 1e-8f);
 }
 
 // Resident embed and layer.0 (the schedule in test/lit/resident-units.test):
