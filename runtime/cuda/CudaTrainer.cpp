@@ -357,7 +357,10 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   verdictDev_ = poisonDev_ + 1;
   MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&poisonHost_), size_t(std::max(1, s.grad_slots())) * 4));
 
-  // Programs, their constants, the arena and the kernels' scratch.
+  // Programs, their constants, the arena and the kernels' scratch. The
+  // fused attention's scratch leaves out its residue where the stash, sized
+  // by the plan, holds it: its size is known before its address.
+  gpu_.attentionStashBytes = size_t(plan::alignUp(plan::attentionStashBytes(plan_), 256));
   int64_t constBytes = 0, arenaNeed = 0;
   size_t workNeed = 0;
   for (const plan::Template &tp : plan_.templates()) {

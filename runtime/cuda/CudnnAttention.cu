@@ -686,6 +686,15 @@ llvm::Error enqueueBackward(GpuContext &ctx, const SdpaShape &s, const CachedPla
   return convert<__nv_bfloat16, float>(ctx.stream, out);
 }
 
+// Whether the stash (as large as the plan sized it; its address may not be
+// set yet) holds this problem's residue.
+bool residueFitsStash(const GpuContext &ctx, const SdpaShape &s) {
+  Buffers b;
+  WorkspaceCarver residue(nullptr);
+  carveForwardResidue(residue, s, b);
+  return ctx.attentionStashBytes > 0 && residue.used() <= ctx.attentionStashBytes;
+}
+
 // The stash's residue where a forward of this run left it for `source`, else false.
 bool stashHolds(const GpuContext &ctx, const SdpaShape &s, const SdpaSource *source) {
   const GpuContext::StashOwner &o = ctx.stashOwner;
@@ -705,7 +714,13 @@ size_t cudnnSdpaWorkspace(GpuContext &ctx, const SdpaShape &s, bool backward) {
   const CachedPlan *fwd = nullptr, *bwd = nullptr;
   if (!plansFor(ctx, s, backward, &fwd, &bwd)) return 0;
   WorkspaceCarver c(nullptr);
-  carve(c, s, backward, dnnWorkspace(fwd, bwd));
+  if (residueFitsStash(ctx, s)) { // the residue goes to the stash (plan::fusedAttentionScratchBytes)
+    Buffers b;
+    if (backward) carveGradient(c, s, b);
+    c.take<char>(dnnWorkspace(fwd, bwd));
+  } else {
+    carve(c, s, backward, dnnWorkspace(fwd, bwd));
+  }
   return c.used();
 }
 
@@ -717,7 +732,7 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
   Buffers b;
   WorkspaceCarver residue(ctx.attentionStash), scratch(workspace);
   carveForwardResidue(residue, s, b);
-  const bool stash = source && ctx.attentionStash && residue.used() <= ctx.attentionStashBytes;
+  const bool stash = ctx.attentionStash && residueFitsStash(ctx, s);
   if (stash)
     b.dnn = scratch.take<char>(dnnWorkspace(fwd, bwd));
   else
@@ -725,7 +740,7 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
   if (!fits(fwd, s, false, scratch.used(), workspaceBytes)) return false;
   if (stash) ctx.stashOwner = {}; // overwritten from here on
   if (llvm::Error e = enqueueForward(ctx, s, *fwd, b, q, k, v, y)) return llvm::Expected<bool>(std::move(e));
-  if (stash) ctx.stashOwner = {ctx.programRun, source->q, source->k, source->v, problemOf(s)};
+  if (stash && source) ctx.stashOwner = {ctx.programRun, source->q, source->k, source->v, problemOf(s)};
   ++forwardCalls;
   return true;
 }
@@ -736,9 +751,12 @@ llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, cons
   const CachedPlan *fwd = nullptr, *bwd = nullptr;
   if (!plansFor(ctx, s, true, &fwd, &bwd)) return false;
   const bool stashed = stashHolds(ctx, s, source);
+  // Without this gradient's forward in the stash, its own forward writes
+  // there (what the scratch was sized for), over another's residue.
+  const bool inStash = stashed || (ctx.attentionStash && residueFitsStash(ctx, s));
   Buffers b;
   WorkspaceCarver scratch(workspace);
-  if (stashed) {
+  if (inStash) {
     WorkspaceCarver residue(ctx.attentionStash);
     carveForwardResidue(residue, s, b);
     carveGradient(scratch, s, b);
@@ -747,6 +765,7 @@ llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, cons
     b = carve(scratch, s, true, dnnWorkspace(fwd, bwd));
   }
   if (!fits(bwd, s, true, scratch.used(), workspaceBytes)) return false;
+  if (inStash && !stashed) ctx.stashOwner = {}; // overwritten from here on
   if (llvm::Error e = enqueueBackward(ctx, s, *fwd, *bwd, b, stashed, dy, q, k, v, dq, dk, dv))
     return llvm::Expected<bool>(std::move(e));
   ++backwardCalls;

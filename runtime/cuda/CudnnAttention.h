@@ -41,7 +41,9 @@ bool cudnnAttentionBuiltIn();
 std::string cudnnSdpaShapeProblem(const SdpaShape &s);
 
 // The workspace bytes the cuDNN path needs for this problem, building (and
-// caching) its execution plans with ctx.dnn; 0 where it cannot run: no cuDNN,
+// caching) its execution plans with ctx.dnn: without the residue where
+// ctx.attentionStashBytes can hold it (plan::fusedAttentionScratchBytes),
+// else all of it (plan::fusedAttentionWorkspaceBytes); 0 where it cannot run: no cuDNN,
 // no handle, or no engine for the shape (cached; the reason goes to
 // cudnnAttentionStats().lastFallback and, once, to stderr).
 size_t cudnnSdpaWorkspace(GpuContext &ctx, const SdpaShape &s, bool backward);
@@ -56,9 +58,10 @@ struct SdpaSource {
 // Y = softmax(scale Q K^T [+ causal mask]) V on ctx.stream. Returns false
 // without touching the outputs where the cuDNN path cannot run this problem
 // (see cudnnSdpaWorkspace) or the workspace is smaller than it needs; the
-// caller then computes it another way. With a source and a stash that holds
-// them (plan::fusedAttentionStashBytes), the bf16 Q, K, V, O and the softmax
-// stats stay there for the gradient of the same run.
+// caller then computes it another way. With a stash that holds them
+// (plan::fusedAttentionStashBytes), the bf16 Q, K, V, O and the softmax
+// stats are written there, not in the workspace, and with a source they stay
+// for the gradient of the same run.
 llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const float *q, const float *k,
                                       const float *v, float *y, void *workspace, size_t workspaceBytes,
                                       const SdpaSource *source = nullptr);
@@ -66,7 +69,7 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
 // dQ, dK, dV from dY (any of the three may be null: not wanted). cuDNN's
 // backward needs the forward's output and stats: the stash's, where the last
 // forward of this run was of the same source and problem, else recomputed
-// here. dK and dV are summed over each kv head's group of q heads. Same
+// here (into the stash where there is one, over what it held). dK and dV are summed over each kv head's group of q heads. Same
 // contract as above.
 llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, const float *dy, const float *q,
                                        const float *k, const float *v, float *dq, float *dk, float *dv,

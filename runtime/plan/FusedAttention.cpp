@@ -36,7 +36,13 @@ int64_t fusedAttentionStashBytes(int64_t B, int64_t H, int64_t KVH, int64_t S, i
 
 int64_t fusedAttentionWorkspaceBytes(int64_t B, int64_t H, int64_t KVH, int64_t S, int64_t D, int64_t Dv, bool grad,
                                      int64_t cudnnBytes) {
-  int64_t bytes = fusedAttentionStashBytes(B, H, KVH, S, D, Dv);
+  return fusedAttentionStashBytes(B, H, KVH, S, D, Dv) +
+         fusedAttentionScratchBytes(B, H, KVH, S, D, Dv, grad, cudnnBytes);
+}
+
+int64_t fusedAttentionScratchBytes(int64_t B, int64_t H, int64_t KVH, int64_t S, int64_t D, int64_t Dv, bool grad,
+                                   int64_t cudnnBytes) {
+  int64_t bytes = 0;
   auto take = [&](int64_t n) { bytes += aligned(n); };
   if (grad) {
     take(2 * B * H * S * Dv);  // dY

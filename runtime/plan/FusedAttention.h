@@ -42,6 +42,16 @@ int64_t cudnnOwnWorkspaceBudget(int64_t batch, int64_t qHeads, int64_t seq, int6
 int64_t fusedAttentionWorkspaceBytes(int64_t batch, int64_t qHeads, int64_t kvHeads, int64_t seq, int64_t headDim,
                                      int64_t vHeadDim, bool grad, int64_t cudnnBytes = -1);
 
+// The same less its first five pieces, which sit in the stash instead: what
+// the kernels' scratch holds for a fused attention in a bf16 plan, whose
+// stash (below) is sized for every fused attention it runs. A forward leaves
+// its residue there for the gradient; a gradient that finds another's there
+// (kept activations, or a forward of another program run) writes its own
+// forward's over it. So the residue's bytes are counted once, not again in
+// the scratch (at 7B, 32 KB a token of 128).
+int64_t fusedAttentionScratchBytes(int64_t batch, int64_t qHeads, int64_t kvHeads, int64_t seq, int64_t headDim,
+                                   int64_t vHeadDim, bool grad, int64_t cudnnBytes = -1);
+
 // Its first five pieces (bf16 Q, K, V, Y and the stats): what a fused forward
 // leaves in the stash, an area of the WORKSPACE region past the kernels'
 // scratch, for the gradient of the same program run, which then skips its

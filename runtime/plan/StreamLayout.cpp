@@ -156,9 +156,9 @@ bool attentionOperandsPlain(const Program &p, const Program::Op &op) {
 int64_t attentionWorkspaceBytes(const Program &p, bool bf16) {
   int64_t most = 0;
   forEachAttention(p, [&](const cpu::AttentionDims &d, bool grad, bool plain) {
-    most = std::max(most, bf16 && runsFused(d, plain) ? fusedAttentionWorkspaceBytes(d.batch, d.qHeads, d.kvHeads,
-                                                                                      d.qSeq, d.headSize,
-                                                                                      d.vHeadSize, grad)
+    most = std::max(most, bf16 && runsFused(d, plain) ? fusedAttentionScratchBytes(d.batch, d.qHeads, d.kvHeads,
+                                                                                    d.qSeq, d.headSize,
+                                                                                    d.vHeadSize, grad)
                                                       : materializedAttentionBytes(d, grad, bf16));
   });
   return most;

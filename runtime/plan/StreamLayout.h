@@ -82,7 +82,8 @@ ConstantsLayout constantsLayout(const Plan &p);
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;
 // The largest Attention/megac.AttentionGrad scratch of one program, 0 without
 // attention: materializedAttentionBytes, or where a bf16 plan runs it fused
-// (plan::runsFused) plan::fusedAttentionWorkspaceBytes.
+// (plan::runsFused) plan::fusedAttentionScratchBytes (its residue sits in the
+// stash, which workspaceBudgetBytes adds once).
 int64_t attentionWorkspaceBytes(const Program &p, bool bf16);
 // The dims of an Attention or megac.AttentionGrad op of p, from the types of
 // its inputs and its attributes; an error naming the op where they are not valid.

@@ -265,6 +265,15 @@ TEST(CudnnAttentionGpu, WorkspaceSizes) {
     EXPECT_GE(int64_t(cudnnBwd), plan::fusedAttentionWorkspaceBytes(q.B, q.H, q.KVH, q.S, q.D, q.D, true, 0));
     EXPECT_LT(cudnnFwd, matFwd);
     EXPECT_LT(cudnnBwd, matBwd);
+    // With a stash that holds the residue (a bf16 plan's), the scratch needs
+    // the rest: plan::fusedAttentionScratchBytes, cuDNN's own part apart.
+    const size_t stash = size_t(plan::fusedAttentionStashBytes(q.B, q.H, q.KVH, q.S, q.D, q.D));
+    ctx.attentionStashBytes = stash;
+    const size_t scratchFwd = workspaceOf(q, false, ctx), scratchBwd = workspaceOf(q, true, ctx);
+    ctx.attentionStashBytes = 0;
+    EXPECT_EQ(cudnnFwd - scratchFwd, stash) << q.name();
+    EXPECT_EQ(cudnnBwd - scratchBwd, stash) << q.name();
+    EXPECT_LE(int64_t(scratchBwd), plan::fusedAttentionScratchBytes(q.B, q.H, q.KVH, q.S, q.D, q.D, true)) << q.name();
   }
 }
 
@@ -329,6 +338,10 @@ TEST(CudnnAttentionGpu, GradientTakesTheStashedForward) {
   before = stashed();
   EXPECT_EQ(grads(&otherK), own);
   EXPECT_EQ(stashed(), before) << "another K took the stash";
+  // That gradient ran its own forward into the stash, over the first one's:
+  // the first source's gradient may not take it any more.
+  EXPECT_EQ(grads(&source), own);
+  EXPECT_EQ(stashed(), before) << "a gradient took a stash another gradient overwrote";
   ++ctx.programRun;
   EXPECT_EQ(grads(&source), own);
   EXPECT_EQ(stashed(), before) << "a later run took the stash";
