@@ -45,7 +45,8 @@ int64_t largestFitting(int64_t below, const std::function<bool(int64_t)> &fits) 
   return lo;
 }
 
-llvm::Error overBudgetError(const plan::Plan &p, const DeviceBytesAt &deviceBytesAt) {
+llvm::Error overBudgetError(const plan::Plan &p, const DeviceBytesAt &deviceBytesAt,
+                            const LongestSeqBelow &longestSeq) {
   const plan::StreamSchedule &s = p.schedule();
   const int64_t budget = s.gpu_budget_bytes();
   std::string msg;
@@ -73,13 +74,20 @@ llvm::Error overBudgetError(const plan::Plan &p, const DeviceBytesAt &deviceByte
     return *bytes <= budget;
   };
   int64_t batch = largestFitting(p.batch(), [&](int64_t b) { return fits(b, p.seq()); });
-  int64_t seq = largestFitting(p.seq(), [&](int64_t q) { return fits(p.batch(), q); });
+  SeqThatFits seq;
+  if (longestSeq) {
+    auto found = longestSeq(p.seq());
+    if (!found) return found.takeError();
+    seq = *found;
+  } else {
+    seq.seq = largestFitting(p.seq(), [&](int64_t q) { return fits(p.batch(), q); });
+  }
   os << "largest batch that fits at seq " << p.seq() << ": ";
   if (batch > 0) os << batch << "\n";
   else os << "none (batch 1 does not fit)\n";
   os << "largest seq that fits at batch " << p.batch() << ": ";
-  if (seq > 0) os << seq;
-  else os << "none (seq 1 does not fit)";
+  if (seq.seq > 0) os << seq.seq << seq.how;
+  else os << "none (seq " << (longestSeq ? "64" : "1") << " does not fit)";
   return err(os.str());
 }
 

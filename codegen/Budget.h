@@ -21,9 +21,19 @@ int64_t largestFitting(int64_t below, const std::function<bool(int64_t)> &fits);
 // The device bytes of the same model compiled at (batch, seq).
 using DeviceBytesAt = std::function<llvm::Expected<int64_t>(int64_t batch, int64_t seq)>;
 
+// The longest seq below `below` that fits at the plan's batch, with a note
+// on how (offload, slices), found by the caller's own search.
+struct SeqThatFits {
+  int64_t seq = 0; // 0: none
+  std::string how;
+};
+using LongestSeqBelow = std::function<llvm::Expected<SeqThatFits>(int64_t below)>;
+
 // The error for a plan whose device_bytes exceed its gpu_budget_bytes: the
 // GPU bytes by region category, and the largest batch that fits at this seq
-// and the largest seq that fits at this batch.
-llvm::Error overBudgetError(const plan::Plan &p, const DeviceBytesAt &deviceBytesAt);
+// and the largest seq that fits at this batch (by deviceBytesAt at each
+// length tried, or by longestSeq where given).
+llvm::Error overBudgetError(const plan::Plan &p, const DeviceBytesAt &deviceBytesAt,
+                            const LongestSeqBelow &longestSeq = nullptr);
 
 } // namespace megac::codegen

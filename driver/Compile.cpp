@@ -182,12 +182,40 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
   if (auto e = checkTokensFit(modelPath, import, passOpts, co)) return std::move(e);
   auto plan = compileChunked(modelPath, import, passOpts, co);
   if (!plan) return plan.takeError();
-  if (plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes())
-    return overBudgetError(*plan, [&](int64_t batch, int64_t seq) -> llvm::Expected<int64_t> {
-      auto smaller = compilePlan(modelPath, atShape(import, batch, seq), passOpts, co);
-      if (!smaller) return smaller.takeError();
-      return smaller->schedule().device_bytes();
-    });
+  if (plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes()) {
+    // At batch 1 the longest seq is --longest-seq's search, which counts
+    // auto's slices and offload in and takes a dozen compiles at most; a
+    // bisection of plain compiles would take ~log2(seq) and leave them out.
+    LongestSeqBelow longest;
+    if (import.batch == 1)
+      longest = [&](int64_t below) -> llvm::Expected<SeqThatFits> {
+        auto l = longestSeqAtBatch1(modelPath, import, passOpts, co);
+        if (!l) return l.takeError();
+        SeqThatFits out;
+        out.seq = std::min(l->seq, below - 1);
+        const double gib = double(int64_t(1) << 30);
+        char offloaded[64];
+        std::snprintf(offloaded, sizeof offloaded, "%.2f GiB of checkpoints offloaded",
+                      double(l->pinnedCheckpointBytes) / gib);
+        std::vector<std::string> how;
+        if (l->pinnedCheckpointBytes) how.push_back(offloaded);
+        if (l->sequenceChunks > 1)
+          how.push_back("the MLP blocks in " + std::to_string(l->sequenceChunks) +
+                        (passOpts.sequenceChunks < 0 ? " slices or fewer" : " slices"));
+        out.how = " (within 1%";
+        for (const std::string &h : how) out.how += "; " + h;
+        out.how += "; megac compile --longest-seq)";
+        return out;
+      };
+    return overBudgetError(
+        *plan,
+        [&](int64_t batch, int64_t seq) -> llvm::Expected<int64_t> {
+          auto smaller = compilePlan(modelPath, atShape(import, batch, seq), passOpts, co);
+          if (!smaller) return smaller.takeError();
+          return smaller->schedule().device_bytes();
+        },
+        longest);
+  }
   if (co.schedule.hostBudgetBytes > 0)
     if (auto e = checkHostBudget(*plan, co.schedule.hostBudgetBytes)) return std::move(e);
   if (auto e = plan::checkPlan(*plan))
