@@ -94,6 +94,14 @@ static float bf16Bits(uint16_t b) {
   return f;
 }
 
+// Element i of a T array at `base`, which a file's offset may leave
+// misaligned for T (safetensors aligns only its header).
+template <typename T> static T elementAt(const void *base, int64_t i) {
+  T v;
+  std::memcpy(&v, static_cast<const char *>(base) + i * int64_t(sizeof(T)), sizeof(T));
+  return v;
+}
+
 // n elements of `dtype` at src -> fp32 at dst, on the CPU's threads.
 static void convertToF32(DType dtype, const void *src, float *dst, int64_t n) {
   constexpr int64_t kChunk = 1 << 18;
@@ -102,15 +110,17 @@ static void convertToF32(DType dtype, const void *src, float *dst, int64_t n) {
     for (int64_t c = c0; c < c1; ++c) {
       const int64_t i0 = c * kChunk, i1 = std::min(n, i0 + kChunk);
       switch (dtype) {
-      case DType::F32: std::memcpy(dst + i0, static_cast<const float *>(src) + i0, size_t(i1 - i0) * 4); break;
+      case DType::F32:
+        std::memcpy(dst + i0, static_cast<const char *>(src) + i0 * 4, size_t(i1 - i0) * 4);
+        break;
       case DType::BF16:
-        for (int64_t i = i0; i < i1; ++i) dst[i] = bf16Bits(static_cast<const uint16_t *>(src)[i]);
+        for (int64_t i = i0; i < i1; ++i) dst[i] = bf16Bits(elementAt<uint16_t>(src, i));
         break;
       case DType::F16:
-        for (int64_t i = i0; i < i1; ++i) dst[i] = halfToFloat(static_cast<const uint16_t *>(src)[i]);
+        for (int64_t i = i0; i < i1; ++i) dst[i] = halfToFloat(elementAt<uint16_t>(src, i));
         break;
       case DType::F64:
-        for (int64_t i = i0; i < i1; ++i) dst[i] = float(static_cast<const double *>(src)[i]);
+        for (int64_t i = i0; i < i1; ++i) dst[i] = float(elementAt<double>(src, i));
         break;
       default: break; // refused before reading
       }
