@@ -141,14 +141,11 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
   co.schedule.overlapSteps = overlapSteps;
   co.schedule.microBatches = microBatchesPerPass;
   co.schedule.offloadCheckpoints = offloadCheckpoints;
-  plan::Optimizer &o = co.optimizer;
+  plan::Optimizer &o = co.optimizer; // plan::defaultOptimizer(): beta1 0.9, eps 1e-8, constant
   o.set_clip(clip);
   o.set_lr(1e-2f);
-  o.set_beta1(0.9f);
   o.set_beta2(0.95f);
-  o.set_eps(1e-8f);
   o.set_weight_decay(0.1f);
-  o.set_schedule("constant");
   o.set_grad_accum(gradAccum);
   auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
   if (!p) {
