@@ -43,9 +43,9 @@ std::string cudnnSdpaShapeProblem(const SdpaShape &s);
 // The workspace bytes the cuDNN path needs for this problem, building (and
 // caching) its execution plans with ctx.dnn: without the residue where
 // ctx.attentionStashBytes can hold it (plan::fusedAttentionScratchBytes),
-// else all of it (plan::fusedAttentionWorkspaceBytes); 0 where it cannot run: no cuDNN,
-// no handle, or no engine for the shape (cached; the reason goes to
-// cudnnAttentionStats().lastFallback and, once, to stderr).
+// else all of it (plan::fusedAttentionWorkspaceBytes); 0 where it cannot
+// run: no cuDNN, no handle, or no engine for the shape (cached; the reason
+// goes to cudnnAttentionStats().lastFallback and, once, to stderr).
 size_t cudnnSdpaWorkspace(GpuContext &ctx, const SdpaShape &s, bool backward);
 
 // Which values of a program run Q, K and V are (their DeviceTensors in that
@@ -69,8 +69,8 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
 // dQ, dK, dV from dY (any of the three may be null: not wanted). cuDNN's
 // backward needs the forward's output and stats: the stash's, where the last
 // forward of this run was of the same source and problem, else recomputed
-// here (into the stash where there is one, over what it held). dK and dV are summed over each kv head's group of q heads. Same
-// contract as above.
+// here (into the stash where there is one, over what it held). dK and dV
+// are summed over each kv head's group of q heads. Same contract as above.
 llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, const float *dy, const float *q,
                                        const float *k, const float *v, float *dq, float *dk, float *dv,
                                        void *workspace, size_t workspaceBytes, const SdpaSource *source = nullptr);
