@@ -14,6 +14,7 @@
 #include <climits>
 #include <cstdio>
 #include <numeric>
+#include <vector>
 
 namespace megac::driver {
 
@@ -158,23 +159,38 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
 // --seq-chunks auto (sequenceChunks < 0): whole where the plan fits the GPU
 // budget, else the fewest of 2, 4, 8, ... 64 (dividing seq, chunks of 64
 // tokens or more) that make it fit, or the most where none does. Past 64
-// slices the MLP's share of a layer's memory is small beside attention's,
-// and each try is a compile.
+// slices the MLP's share of a layer's memory is small beside attention's.
+// Each try is a compile (a minute or more at 7B and 512k tokens), so the
+// most slices go first: where they do not fit, no fewer will (the slices'
+// bytes fall as they multiply); where they do, bisection finds the fewest.
 static llvm::Expected<plan::Plan> compileChunked(const std::string &modelPath, const frontend::ImportOptions &import,
                                                  passes::PassOptions passOpts, const CodegenOptions &co) {
   const bool autoChunks = passOpts.sequenceChunks < 0;
   if (autoChunks) passOpts.sequenceChunks = 1;
   auto plan = compilePlan(modelPath, import, passOpts, co);
   if (!plan || !autoChunks) return plan;
-  for (int64_t k = 2; plan->schedule().device_bytes() > plan->schedule().gpu_budget_bytes() && k <= kMaxAutoChunks &&
-                      import.seq % k == 0 && import.seq / k >= 64;
-       k *= 2) {
-    passOpts.sequenceChunks = k;
-    auto chunked = compilePlan(modelPath, import, passOpts, co);
-    if (!chunked) return chunked.takeError();
-    plan = std::move(chunked);
+  auto fits = [](const plan::Plan &p) { return p.schedule().device_bytes() <= p.schedule().gpu_budget_bytes(); };
+  if (fits(*plan)) return plan;
+  std::vector<int64_t> counts; // 2, 4, ... that apply at this seq
+  for (int64_t k = 2; k <= kMaxAutoChunks && import.seq % k == 0 && import.seq / k >= 64; k *= 2) counts.push_back(k);
+  if (counts.empty()) return plan;
+  auto at = [&](size_t i) {
+    passOpts.sequenceChunks = counts[i];
+    return compilePlan(modelPath, import, passOpts, co);
+  };
+  auto most = at(counts.size() - 1);
+  if (!most || !fits(*most)) return most;
+  // counts[hi] fits; counts[lo] does not (lo = -1: the whole block, tried above).
+  int64_t lo = -1, hi = int64_t(counts.size()) - 1;
+  plan::Plan best = std::move(*most);
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    auto p = at(size_t(mid));
+    if (!p) return p.takeError();
+    if (fits(*p)) hi = mid, best = std::move(*p);
+    else lo = mid;
   }
-  return plan;
+  return best;
 }
 
 llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, const frontend::ImportOptions &import,
