@@ -207,21 +207,8 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
       longest = [&](int64_t below) -> llvm::Expected<SeqThatFits> {
         auto l = longestSeqAtBatch1(modelPath, import, passOpts, co);
         if (!l) return l.takeError();
-        SeqThatFits out;
-        out.seq = std::min(l->seq, below - 1);
-        const double gib = double(int64_t(1) << 30);
-        char offloaded[64];
-        std::snprintf(offloaded, sizeof offloaded, "%.2f GiB of checkpoints offloaded",
-                      double(l->pinnedCheckpointBytes) / gib);
-        std::vector<std::string> how;
-        if (l->pinnedCheckpointBytes) how.push_back(offloaded);
-        if (l->sequenceChunks > 1)
-          how.push_back("the MLP blocks in " + std::to_string(l->sequenceChunks) +
-                        (passOpts.sequenceChunks < 0 ? " slices or fewer" : " slices"));
-        out.how = " (within 1%";
-        for (const std::string &h : how) out.how += "; " + h;
-        out.how += "; megac compile --longest-seq)";
-        return out;
+        return SeqThatFits{std::min(l->seq, below - 1), " (within 1%; megac compile --longest-seq)" +
+                                                            howItFits(*l, passOpts.sequenceChunks < 0)};
       };
     return overBudgetError(
         *plan,
@@ -326,6 +313,19 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
   best.compiles = out.compiles;
   best.bytesPerToken = out.bytesPerToken;
   return best;
+}
+
+std::string howItFits(const LongestSeq &l, bool autoChunks) {
+  std::string out;
+  if (l.seq && l.pinnedCheckpointBytes) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.2f", double(l.pinnedCheckpointBytes) / double(int64_t(1) << 30));
+    out += std::string(", with ") + gib + " GiB of checkpoints offloaded to pinned host memory";
+  }
+  if (l.seq && l.sequenceChunks > 1)
+    out += ", the MLP blocks in " + std::to_string(l.sequenceChunks) + " slices of the sequence" +
+           (autoChunks ? " (or the fewer that auto takes where they fit)" : "");
+  return out;
 }
 
 } // namespace megac::driver

@@ -15,16 +15,15 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
                                               const passes::PassOptions &passes, const codegen::CodegenOptions &codegen);
 
 // The longest seq that fits the GPU budget at batch 1 (`megac compile
-// --longest-seq`): GPU bytes grow linearly in seq (boundary activations, the
-// loss's rows, the arenas' per-token values), so compiles at seq 64 and 128
-// give the estimate, a multiple of 64, which a compile at it confirms (else
-// shorter, on the line through seq 64's bytes and the failed compile's, by
-// 5% at least; at most 8 times). Where checkpoints may be
-// offloaded (--offload-checkpoints auto or N) and the MLP blocks chunked
-// (--seq-chunks auto or K), the estimate takes them all offloaded and
-// one-token chunks, and the confirming compile must also fit --host-mem, if given:
-// the offloaded checkpoints' pinned host memory grows with seq. Also the GPU
-// bytes and the pinned checkpoint bytes at that length.
+// --longest-seq`, and the over-budget error at batch 1), to within 1%: the
+// slope of GPU bytes a token, from compiles at seq 64 and 128 (and at 8,192
+// and 16,384 where the line reaches past 32,768) with every checkpoint that
+// may leave offloaded and auto's most MLP slices, gives the first length;
+// compiles as the flags ask then close in (5% longer while all fit, 10%
+// shorter while none does, then bisection; 8 at most). A length fits where
+// its plan fits the GPU budget and --host-mem, if given (offloaded
+// checkpoints take pinned host memory). Also the GPU bytes, the pinned
+// checkpoint bytes and the slices of the plan at that length.
 struct LongestSeq {
   int64_t seq = 0;           // 0: not even seq 64 fits
   int64_t deviceBytes = 0;   // of the plan at `seq`
@@ -35,5 +34,10 @@ struct LongestSeq {
 };
 llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, const frontend::ImportOptions &import,
                                               const passes::PassOptions &passes, const codegen::CodegenOptions &codegen);
+// How that length fits, for messages: ", with 0.06 GiB of checkpoints
+// offloaded to pinned host memory, the MLP blocks in 64 slices of the
+// sequence" (and, with --seq-chunks auto, "(or the fewer that auto takes
+// where they fit)"); empty where neither applies.
+std::string howItFits(const LongestSeq &l, bool autoChunks);
 
 } // namespace megac::driver

@@ -406,14 +406,8 @@ int runCompile() {
     else
       llvm::outs() << l->seq << " (GPU " << llvm::format("%.2f", double(l->deviceBytes) / gib) << " of "
                    << llvm::format("%.2f", double(in->co.schedule.gpuBudgetBytes) / gib) << " GiB, "
-                   << l->bytesPerToken << " bytes a token; " << l->compiles << " compiles)";
-    if (l->seq && l->pinnedCheckpointBytes)
-      llvm::outs() << ", with " << llvm::format("%.2f", double(l->pinnedCheckpointBytes) / gib)
-                   << " GiB of checkpoints offloaded to pinned host memory";
-    if (l->seq && l->sequenceChunks > 1)
-      llvm::outs() << ", the MLP blocks in " << l->sequenceChunks << " slices of the sequence"
-                   << (in->flags.passes.sequenceChunks < 0 ? " (or the fewer that auto takes where they fit)" : "");
-    if (l->seq) llvm::outs() << "\n";
+                   << l->bytesPerToken << " bytes a token; " << l->compiles << " compiles)"
+                   << driver::howItFits(*l, in->flags.passes.sequenceChunks < 0) << "\n";
   }
   llvm::outs() << "wrote " << PlanOut << "\n";
   return 0;
