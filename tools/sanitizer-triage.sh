@@ -19,6 +19,7 @@ kernels=$(sed -nE '/^=========/{
   s/^=========[[:space:]]+at (.*)\+0x[0-9a-f]+.*$/\1/p
 }' "$log" | sort -u)
 patterns=$(grep -v -E '^[[:space:]]*(#|$)' "$known")
+joined() { printf '%s\n' "$1" | paste -sd '|' | sed 's/|/; /g'; } # one line, "; " between
 if [ -z "$kernels" ]; then
   echo "FAILED: the run failed and its log names no kernel"
   exit 1
@@ -29,7 +30,7 @@ else
   unknown=$(printf '%s\n' "$kernels" | grep -v -E -e "$patterns" || true)
 fi
 if [ -n "$unknown" ]; then
-  echo "FAILED: reports in kernels not listed in $(basename "$known"): $(printf '%s\n' "$unknown" | paste -sd '|' | sed 's/|/; /g')"
+  echo "FAILED: reports in kernels not listed in $(basename "$known"): $(joined "$unknown")"
   exit 1
 fi
-echo "only known reports ($(basename "$known")): $(printf '%s\n' "$kernels" | paste -sd '|' | sed 's/|/; /g')"
+echo "only known reports ($(basename "$known")): $(joined "$kernels")"

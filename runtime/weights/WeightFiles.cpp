@@ -13,6 +13,7 @@
 
 #include "llvm/ADT/StringSet.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Endian.h"
 #include "llvm/Support/JSON.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -94,12 +95,11 @@ static float bf16Bits(uint16_t b) {
   return f;
 }
 
-// Element i of a T array at `base`, which a file's offset may leave
-// misaligned for T (safetensors aligns only its header).
+// Element i of a little-endian T array at `base`, which a file's offset may
+// leave misaligned for T (safetensors aligns only its header).
 template <typename T> static T elementAt(const void *base, int64_t i) {
-  T v;
-  std::memcpy(&v, static_cast<const char *>(base) + i * int64_t(sizeof(T)), sizeof(T));
-  return v;
+  using namespace llvm::support;
+  return endian::read<T, little, unaligned>(static_cast<const char *>(base) + i * int64_t(sizeof(T)));
 }
 
 // n elements of `dtype` at src -> fp32 at dst, on the CPU's threads.
