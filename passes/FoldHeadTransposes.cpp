@@ -5,7 +5,8 @@
 //     q = Transpose(t) {perm = [0, 2, 1, 3]}         t: [B, S, H, D]
 //     q = RotaryEmbedding(Transpose(t), cos, sin)    (4-D rotary between)
 //     y = Attention(q, k, v[, mask])                 y: [B, H, S, Dv]
-//     u = Transpose(y) {perm = [0, 2, 1, 3]}         every user of y
+//     u = Transpose(y) {perm = [0, 2, 1, 3]}         every user of y (or of an
+//                                                    Identity or same-shape Reshape of y)
 // becomes
 //     q = Reshape(t, [B, S, H * D])                  (t's own 3-D source if t is a Reshape of one)
 //     q = RotaryEmbedding(Reshape(t, ...), cos, sin) {num_heads = H}
@@ -62,17 +63,31 @@ public:
     }
     const ValueId y = att.outputs[0];
     if (y == kNoValue || mt_.isOutput(y) || mt_.shape(y).size() != 4) return std::nullopt;
-    for (int32_t u : mt_.users(y)) {
-      const Op &t = g_.ops[size_t(u)];
-      if (t.type != "Transpose" || t.inputs.size() != 1 || t.attrs.getInts("perm", {}) != kSwapHeadsAndSeq)
-        return std::nullopt;
-      m.outputTransposes.push_back(u);
-    }
-    if (m.outputTransposes.empty()) return std::nullopt;
+    if (!collectOutputTransposes(y, m.outputTransposes) || m.outputTransposes.empty()) return std::nullopt;
     return m;
   }
 
 private:
+  // Every reader of v is a head-merging Transpose, or a view that keeps v's
+  // shape (Identity, a Reshape to the same shape, as newer exporters write
+  // before the transpose) whose readers are. The views are left unread by
+  // the rewrite, and dead.
+  bool collectOutputTransposes(ValueId v, std::vector<int32_t> &out) const {
+    if (mt_.isOutput(v)) return false;
+    for (int32_t u : mt_.users(v)) {
+      const Op &t = g_.ops[size_t(u)];
+      if (t.type == "Transpose" && t.inputs.size() == 1 && t.attrs.getInts("perm", {}) == kSwapHeadsAndSeq) {
+        out.push_back(u);
+        continue;
+      }
+      const bool sameShapeView = (t.type == "Identity" || t.type == "Reshape") && !t.inputs.empty() &&
+                                 t.inputs[0] == v && t.outputs.size() == 1 && t.outputs[0] != kNoValue &&
+                                 mt_.type(t.outputs[0]).known() && mt_.shape(t.outputs[0]) == mt_.shape(v);
+      if (!sameShapeView || !collectOutputTransposes(t.outputs[0], out)) return false;
+    }
+    return true;
+  }
+
   // v [B, H, S, D] = Transpose(t) {perm [0, 2, 1, 3]}: t.
   ValueId headsFirst(ValueId v) const {
     const Op *t = mt_.defOf(v, "Transpose", 1);
