@@ -5,6 +5,7 @@
 #include "ir/TiedWeights.h"
 #include "passes/Pass.h"
 #include "runtime/core/Hash.h"
+#include "runtime/plan/AttentionStash.h"
 #include "passes/UnitInfo.h"
 #include "passes/autodiff/Autodiff.h"
 
@@ -320,6 +321,7 @@ llvm::Expected<plan::Plan> buildPlan(Graph &g, const CodegenOptions &opts) {
       auto bwd = toProgram(sunk ? *sunk : bg, bwdArgs, results);
       if (!bwd) return bwd.takeError();
       *t->mutable_backward() = std::move(*bwd);
+      if (opts.stashAttentionOperands) plan::markStashedAttentionOperands(*t->mutable_backward(), plan.compute());
       if (auto e = addKeepPrograms({&forwardGraph, &bg, numForwardOps, fwdArgs, ug.actOut, bwdArgs, results}, *t))
         return std::move(e);
       tid = int32_t(plan.templates_size() - 1);

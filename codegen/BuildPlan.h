@@ -15,6 +15,9 @@ struct CodegenOptions {
   std::string compute = "fp32";
   int64_t ignoreIndex = -100;
   bool hashWeights = true;
+  // Fused attention gradients read their Q, K and V from the attention stash
+  // where runtime/plan/AttentionStash.h allows (false: tests compare).
+  bool stashAttentionOperands = true;
   ScheduleOptions schedule; // streaming schedule and budgets (compileForTraining)
 };
 

@@ -16,12 +16,13 @@ llvm::Expected<std::vector<ValueLife>> computeLifetimes(const Program &p) {
   auto name = [&](int32_t id) { return "'" + p.values(id).name() + "'"; };
   for (int32_t k = 0; k < numOps; ++k) {
     const Program::Op &op = p.ops(k);
-    for (int32_t in : op.inputs()) {
+    for (int i = 0; i < op.inputs_size(); ++i) {
+      const int32_t in = op.inputs(i);
       if (!inRange(in)) return err("op " + llvm::Twine(k) + " (" + op.type() + ") reads value " + llvm::Twine(in) + ", which does not exist");
       if (in < 0) continue;
       if (p.values(in).kind() == Program::Value::TEMP && life[size_t(in)].def < 0)
         return err("op " + llvm::Twine(k) + " (" + op.type() + ") reads " + name(in) + " before any op writes it");
-      life[size_t(in)].last = std::max(life[size_t(in)].last, k);
+      if (readsBytes(op, i)) life[size_t(in)].last = std::max(life[size_t(in)].last, k);
     }
     for (int32_t out : op.outputs()) {
       if (!inRange(out)) return err("op " + llvm::Twine(k) + " (" + op.type() + ") writes value " + llvm::Twine(out) + ", which does not exist");

@@ -1,10 +1,13 @@
 #include "runtime/ProgramRunner.h"
 
+#include <array>
 #include <cmath>
 #include <cstring>
+#include <map>
 
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/ArenaRules.h"
+#include "runtime/plan/AttentionStash.h"
 
 namespace megac::runtime {
 
@@ -52,6 +55,16 @@ llvm::Expected<PreparedProgram> PreparedProgram::prepare(const plan::Program &p,
     op.attrs = std::move(*attrs);
     if (!cpu::lookupKernel(op.type)) return err(what + ": op '" + o.name() + "' (" + op.type + ") has no CPU kernel");
     pp.ops_.push_back(std::move(op));
+  }
+  pp.stashSource_.assign(pp.ops_.size(), -1);
+  pp.stashesOperands_.assign(pp.ops_.size(), false);
+  for (int k = 0; k < p.ops_size(); ++k) {
+    if (!plan::hasStashedOperands(p.ops(k))) continue;
+    std::string why;
+    const int f = plan::stashSourceOf(p, k, &why);
+    if (f < 0) return err(what + ": op '" + p.ops(k).name() + "' reads its Q, K and V from the attention stash, but " + why);
+    pp.stashSource_[size_t(k)] = f;
+    pp.stashesOperands_[size_t(f)] = true;
   }
   if (p.arena_offsets_size() == p.values_size() && p.values_size() > 0) {
     pp.hasArena_ = true;
@@ -142,18 +155,27 @@ llvm::Error PreparedProgram::runInArena(const std::vector<Tensor> &args, uint8_t
   if (auto e = bindArguments(args, env)) return e;
   std::vector<int32_t> tag(values_.size(), -1);
   auto bytesOf = [&](const Value &v) { return numElements(v.shape) * int64_t(dtypeSize(v.dtype)); };
+  std::map<int32_t, std::array<Tensor, 3>> stash; // forward op -> copies of its Q, K, V
   for (size_t k = 0; k < ops_.size(); ++k) {
     const Op &op = ops_[k];
+    const int32_t stashFrom = stashSource_[k];
+    if (stashFrom >= 0 && !stash.count(stashFrom))
+      return err(what_ + ": op '" + op.name + "' reads its Q, K and V from the attention stash, which its forward '" +
+                 ops_[size_t(stashFrom)].name + "' did not fill");
     cpu::KernelContext ctx{op.attrs, {}, {}};
-    for (int32_t in : op.inputs) {
-      ctx.inputs.push_back(in < 0 ? nullptr : &env[size_t(in)]);
+    for (size_t i = 0; i < op.inputs.size(); ++i) {
+      const int32_t in = op.inputs[i];
+      const bool stashed = stashFrom >= 0 && i >= 1 && i <= 3;
+      ctx.inputs.push_back(in < 0 ? nullptr : stashed ? &stash[stashFrom][i - 1] : &env[size_t(in)]);
       if (in >= 0 && values_[size_t(in)].arenaOffset >= 0 && !env[size_t(in)].defined())
         return err(what_ + ": op '" + op.name + "' reads '" + values_[size_t(in)].name + "' before any op writes it");
     }
     // The op's inputs, checked after its outputs took their places (below):
     // an output placed on a live input's bytes is a wrong read.
     auto checkInputs = [&]() -> llvm::Error {
-      for (int32_t in : op.inputs) {
+      for (size_t i = 0; i < op.inputs.size(); ++i) {
+        const int32_t in = op.inputs[i];
+        if (stashFrom >= 0 && i >= 1 && i <= 3) continue; // read from the stash's copies
         if (!observer || in < 0 || values_[size_t(in)].arenaOffset < 0) continue;
         if (auto e = observer->read(values_[size_t(in)].arenaOffset, bytesOf(values_[size_t(in)]), tag[size_t(in)],
                                     values_[size_t(in)].name, op.name))
@@ -193,6 +215,8 @@ llvm::Error PreparedProgram::runInArena(const std::vector<Tensor> &args, uint8_t
     }
     if (auto e = checkInputs()) return e;
     if (auto e = cpu::runKernel(op.type, ctx)) return err(what_ + ": op '" + op.name + "': " + llvm::toString(std::move(e)));
+    if (stashesOperands_[k]) // its gradient reads these after their bytes may have gone to others
+      for (size_t i = 0; i < 3; ++i) stash[int32_t(k)][i] = ctx.inputs[i]->clone();
     for (size_t o = 0; o < op.outputs.size(); ++o) {
       int32_t id = op.outputs[o];
       if (id < 0) continue;

@@ -44,7 +44,9 @@ public:
   // input's bytes runs no kernel), outputs zero-filled before their op as
   // run() allocates them, and each result copied into results[i] (views of
   // the caller's buffers, of the results' dtypes and shapes). `args` may be
-  // views. The arithmetic is run()'s, bit for bit.
+  // views. The arithmetic is run()'s, bit for bit. A gradient that takes its
+  // Q, K and V from the attention stash reads copies its forward's run took
+  // (their arena bytes may hold others by then).
   llvm::Error runInArena(const std::vector<Tensor> &args, uint8_t *arena, int64_t arenaBytes,
                          const std::vector<Tensor> &results, ArenaObserver *observer = nullptr) const;
   int64_t arenaBytes() const { return arenaBytes_; }
@@ -72,6 +74,12 @@ private:
   std::vector<Value> values_;
   std::vector<Tensor> constants_; // indexed like values_
   std::vector<Op> ops_;
+  // The attention stash (runtime/plan/AttentionStash.h): per op, the
+  // gradient reading its Q, K, V from the copies a run takes after the
+  // forward Attention at stashSource_ (-1: none), and per op whether a
+  // gradient reads such copies of its operands.
+  std::vector<int32_t> stashSource_;
+  std::vector<bool> stashesOperands_;
   std::vector<int32_t> arguments_, results_;
   bool hasArena_ = false;
   int64_t arenaBytes_ = 0;

@@ -26,10 +26,11 @@
 // bf16 copies, they fall back to the path above.
 #include "runtime/cpu/NormAttentionShapes.h"
 #include "runtime/cuda/CudaCheck.h"
-#include "runtime/cuda/WorkspaceCarver.h"
 #include "runtime/cuda/CudnnAttention.h"
+#include "runtime/cuda/WorkspaceCarver.h"
 #include "runtime/cuda/GpuKernel.h"
 #include "runtime/cuda/LtMatmul.h"
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/StreamLayout.h"
 
@@ -623,14 +624,24 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
   if (auto e = checkOutput(op, dk, k.shape, "dK")) return e;
   if (auto e = checkOutput(op, dv, v.shape, "dV")) return e;
   if (auto e = checkNonpad(op, ctx, slots.nonpad, d)) return e;
+  // Q, K and V's bytes may hold others by now (runtime/plan/AttentionStash.h).
+  const bool operandsStashed = ctx.attrs.getInt(plan::kStashedOperandsAttr, 0) != 0;
   if (auto s = cudnnShape(ctx, slots, d, false)) {
     const SdpaSource source{&q, &k, &v};
     auto ran = cudnnSdpaBackward(ctx.gpu, *s, dy->as<const float>(), q.as<const float>(), k.as<const float>(),
                                  v.as<const float>(), dq ? dq->as<float>() : nullptr, dk ? dk->as<float>() : nullptr,
-                                 dv ? dv->as<float>() : nullptr, ctx.workspace, ctx.workspaceBytes, &source);
+                                 dv ? dv->as<float>() : nullptr, ctx.workspace, ctx.workspaceBytes, &source,
+                                 operandsStashed);
     if (!ran) return gpuKernelError(op, llvm::toString(ran.takeError()));
     if (*ran) return llvm::Error::success();
   }
+  if (operandsStashed)
+    return gpuKernelError(op, "the plan ended Q, K and V at the forward, counting on cuDNN's fused attention and "
+                              "its stash, which did not run this problem (" +
+                                  llvm::Twine(cudnnAttentionStats().lastFallback.empty()
+                                                  ? std::string("not in bf16 mode, or sizes it does not take")
+                                                  : cudnnAttentionStats().lastFallback) +
+                                  ")");
   WorkspaceCarver carver(ctx.workspace);
   const GradBuffers buf = carveGrad(carver, ctx, d);
   if (carver.used() > ctx.workspaceBytes) return gpuKernelError(op, "workspace is smaller than asked for");

@@ -747,10 +747,15 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
 
 llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, const float *dy, const float *q,
                                        const float *k, const float *v, float *dq, float *dk, float *dv,
-                                       void *workspace, size_t workspaceBytes, const SdpaSource *source) {
+                                       void *workspace, size_t workspaceBytes, const SdpaSource *source,
+                                       bool operandsStashed) {
   const CachedPlan *fwd = nullptr, *bwd = nullptr;
   if (!plansFor(ctx, s, true, &fwd, &bwd)) return false;
   const bool stashed = stashHolds(ctx, s, source);
+  if (operandsStashed && !stashed)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the plan ended Q, K and V at the forward, whose residue the attention stash "
+                                   "should hold, but it holds another's (or none)");
   // Without this gradient's forward in the stash, its own forward writes
   // there (what the scratch was sized for), over another's residue.
   const bool inStash = stashed || (ctx.attentionStash && residueFitsStash(ctx, s));
@@ -820,7 +825,8 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &, const SdpaShape &, const flo
   return false;
 }
 llvm::Expected<bool> cudnnSdpaBackward(GpuContext &, const SdpaShape &, const float *, const float *, const float *,
-                                       const float *, float *, float *, float *, void *, size_t, const SdpaSource *) {
+                                       const float *, float *, float *, float *, void *, size_t, const SdpaSource *,
+                                       bool) {
   return false;
 }
 CudnnAttentionStats cudnnAttentionStats() { return {}; }

@@ -71,9 +71,13 @@ llvm::Expected<bool> cudnnSdpaForward(GpuContext &ctx, const SdpaShape &s, const
 // forward of this run was of the same source and problem, else recomputed
 // here (into the stash where there is one, over what it held). dK and dV
 // are summed over each kv head's group of q heads. Same contract as above.
+// `operandsStashed`: the plan ended Q, K and V at the forward
+// (runtime/plan/AttentionStash.h); an error where the stash does not hold
+// this source's residue, instead of reading them.
 llvm::Expected<bool> cudnnSdpaBackward(GpuContext &ctx, const SdpaShape &s, const float *dy, const float *q,
                                        const float *k, const float *v, float *dq, float *dk, float *dv,
-                                       void *workspace, size_t workspaceBytes, const SdpaSource *source = nullptr);
+                                       void *workspace, size_t workspaceBytes, const SdpaSource *source = nullptr,
+                                       bool operandsStashed = false);
 
 // What went through cuDNN in this process (for tests and diagnostics).
 struct CudnnAttentionStats {

@@ -20,6 +20,17 @@ int64_t tensorBytes(const TensorType &t) {
   return n * int64_t(megac::dtypeSize(dt));
 }
 
+bool hasStashedOperands(const Program::Op &op) {
+  if (op.type() != "megac.AttentionGrad") return false;
+  for (const Attribute &a : op.attributes())
+    if (a.name() == kStashedOperandsAttr) return a.value_case() == Attribute::kI && a.i() != 0;
+  return false;
+}
+
+bool readsBytes(const Program::Op &op, int index) {
+  return !(index >= 1 && index <= 3 && hasStashedOperands(op));
+}
+
 bool isViewOp(llvm::StringRef t) {
   return t == "Reshape" || t == "Squeeze" || t == "Unsqueeze" || t == "Flatten" || t == "Identity";
 }

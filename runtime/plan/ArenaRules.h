@@ -16,6 +16,9 @@
 //   the shared buffer lives until the last reader of any value in the chain.
 //   When the input is an argument or a constant the view gets its own bytes
 //   (the kernel copies).
+// - A megac.AttentionGrad with `stashed_operands = 1` reads its inputs 1-3
+//   (Q, K, V) for their shapes only (runtime/plan/AttentionStash.h): it does
+//   not keep them live.
 // - Buffers are 256-byte aligned and their sizes rounded up to 256.
 #include "runtime/plan/PlanIO.h"
 
@@ -31,6 +34,12 @@ int64_t typeBytes(const TensorType &t);
 // Size in bytes of a tensor of `t` (0 for an undefined dtype; unchecked: the
 // report's and the cost model's count of a checked plan).
 int64_t tensorBytes(const TensorType &t);
+
+inline constexpr const char *kStashedOperandsAttr = "stashed_operands";
+// A megac.AttentionGrad whose Q, K and V come from the attention stash.
+bool hasStashedOperands(const Program::Op &op);
+// Whether `op` reads the bytes of its input `index` (else only its shape).
+bool readsBytes(const Program::Op &op, int index);
 
 // Reshape, Squeeze, Unsqueeze, Flatten, Identity: the output may share input 0's bytes.
 bool isViewOp(llvm::StringRef opType);

@@ -1,6 +1,7 @@
 #include "runtime/plan/PlanChecker.h"
 
 #include "runtime/plan/ArenaRules.h"
+#include "runtime/plan/AttentionStash.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -56,8 +57,10 @@ llvm::Expected<std::vector<ArenaLife>> arenaLifetimes(const Program &p) {
     life[size_t(r)].last = N;
   }
   for (int32_t k = N - 1; k >= 0; --k)
-    for (int32_t in : p.ops(k).inputs())
-      if (in >= 0 && life[size_t(in)].last < 0) life[size_t(in)].last = k;
+    for (int i = 0; i < p.ops(k).inputs_size(); ++i) {
+      const int32_t in = p.ops(k).inputs(i);
+      if (in >= 0 && life[size_t(in)].last < 0 && readsBytes(p.ops(k), i)) life[size_t(in)].last = k;
+    }
   for (ArenaLife &l : life)
     if (l.temp && l.last < l.def) l.last = l.def;
   // Views sharing a temporary's bytes take its root (ops in order: the input's root is final).
@@ -795,8 +798,12 @@ llvm::Error checkPlan(const Plan &p) {
     std::vector<const Program *> programs = templatePrograms(t);
     for (size_t i = 0; i < programs.size(); ++i) {
       const Program &prog = *programs[i];
+      const std::string what = "template '" + t.name() + "' " + programRoleName(int(i));
+      // Before the arena: the stash rule decides which lifetimes end early.
+      if (std::string why = stashedOperandsProblem(prog, p.compute()); !why.empty())
+        return violation("attention stash", what + ": " + why);
       if (!p.has_schedule() && prog.arena_offsets_size() == 0) continue;
-      if (auto e = checkArena(prog, "template '" + t.name() + "' " + programRoleName(int(i)))) return e;
+      if (auto e = checkArena(prog, what)) return e;
     }
   }
   if (!p.has_schedule()) return llvm::Error::success();

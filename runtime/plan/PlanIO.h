@@ -15,9 +15,12 @@ namespace megac::plan {
 // model's path relative to the plan, and the model's hash (Plan.model_hash);
 // 6: streamed units whose AdamW runs on the GPU (Unit.adamw_on_gpu); 7: steps
 // that overlap; 9: micro-batches carried through each unit in a pass (no 8:
-// its header would start like a headerless plan); 10: checkpoint offload.
-// readPlan reads formats 4 (an absolute model path, no hash) to 7 and 9 too.
-inline constexpr uint32_t kFormatVersion = 10;
+// its header would start like a headerless plan); 10: checkpoint offload;
+// 11: attention gradients that read their operands from the stash
+// (runtime/plan/AttentionStash.h: a megac before it would read bytes the
+// arena gave to others). readPlan reads formats 4 (an absolute model path,
+// no hash) to 7, 9 and 10 too.
+inline constexpr uint32_t kFormatVersion = 11;
 inline constexpr const char *kMegacVersion = "0.1";
 
 // A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the

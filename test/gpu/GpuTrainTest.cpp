@@ -4,6 +4,7 @@
 #include "../unit/TokenWeightedStep.h"
 #include "driver/Compile.h"
 #include "runtime/cuda/CudnnAttention.h"
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 #include "runtime/train/AdamW.h"
@@ -261,6 +262,45 @@ TEST(GpuTrainFusedAttention, GradientTakesTheRecomputedForwardFromTheStash) {
     for (const plan::Parameter &pp : p.parameters())
       EXPECT_LT(paramError(gg, gc, pp), 5e-2) << "bf16 gradient of " << pp.name() << (keeps ? " (kept)" : "");
   }
+}
+
+// Where the gradients read their Q, K and V from the stash only
+// (runtime/plan/AttentionStash.h: the plan ends them at the forward, and the
+// arena gives their bytes to others), the GPU gives the loss and gradients of
+// the plan that keeps them, bit for bit.
+TEST(GpuTrainFusedAttention, StashedOperandsGiveTheKeptOperandsGradientsBitForBit) {
+  if (!cuda::cudnnAttentionBuiltIn()) GTEST_SKIP() << "megac was built without cuDNN";
+  const int64_t seq = 64;
+  std::vector<int64_t> ids(size_t(2 * seq)), next(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 37 + 11) % 256), next[i] = int64_t((i * 53 + 5) % 256);
+  const Tensor x = Tensor::fromVector(DType::I64, {2, seq}, ids), t = Tensor::fromVector(DType::I64, {2, seq}, next);
+  std::vector<float> grads[2];
+  double loss[2] = {0, 0};
+  int64_t arena[2] = {0, 0};
+  for (int stash = 0; stash < 2; ++stash) {
+    codegen::CodegenOptions co;
+    co.compute = "bf16";
+    co.schedule.residentUnits = 0;
+    co.stashAttentionOperands = stash == 1;
+    plan::Plan p = compileFixtureWith("llama", seq, co);
+    int marked = 0;
+    for (const plan::Template &tp : p.templates()) {
+      arena[stash] = std::max(arena[stash], tp.backward().arena_bytes());
+      for (const plan::Program::Op &op : tp.backward().ops()) marked += plan::hasStashedOperands(op);
+    }
+    EXPECT_EQ(marked > 0, stash == 1);
+    auto gpu = gpuTrainer(p);
+    ASSERT_TRUE(gpu);
+    grads[stash].assign(size_t(gpu->hostParamElements()), 0.0f);
+    const cuda::CudnnAttentionStats before = cuda::cudnnAttentionStats();
+    auto l = gpu->forwardBackward(x, t, 1.0f, &grads[stash], 0.0f);
+    ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
+    EXPECT_EQ(cuda::cudnnAttentionStats().stashedBackwardCalls - before.stashedBackwardCalls, 2u);
+    loss[stash] = *l;
+  }
+  EXPECT_LT(arena[1], arena[0]);
+  EXPECT_EQ(loss[1], loss[0]);
+  EXPECT_EQ(grads[1], grads[0]);
 }
 
 } // namespace

@@ -123,6 +123,19 @@ inline void expectSameValuesOnRandomInputs(ir::Graph &before, ir::Graph &after, 
   }
 }
 
+// Compiles a fixture for training at batch 2 x `seq` with these options.
+inline plan::Plan compileFixtureWith(const std::string &model, int64_t seq, const codegen::CodegenOptions &co) {
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = seq;
+  auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
+  if (!p) {
+    ADD_FAILURE() << llvm::toString(p.takeError());
+    return {};
+  }
+  return *p;
+}
+
 // Compiles a fixture at the reference batch (2 x 16) with the fixtures'
 // optimizer: AdamW(lr=1e-2, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1).
 inline plan::Plan compileFixturePlan(const std::string &model, const std::string &compute = "bf16",
@@ -130,9 +143,6 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
                                      int residentUnits = 0, float clip = 0, int gpuAdamwUnits = 0,
                                      bool overlapSteps = true, int gradAccum = 1, int microBatchesPerPass = 1,
                                      int offloadCheckpoints = 0) {
-  frontend::ImportOptions io;
-  io.batch = 2;
-  io.seq = seq;
   codegen::CodegenOptions co;
   co.compute = compute;
   co.schedule.recompute = recompute;
@@ -147,12 +157,7 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
   o.set_beta2(0.95f);
   o.set_weight_decay(0.1f);
   o.set_grad_accum(gradAccum);
-  auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return {};
-  }
-  return *p;
+  return compileFixtureWith(model, seq, co);
 }
 
 // The fixture compiled for training at batch 2 x seq 16 with the default
