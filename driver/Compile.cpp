@@ -157,8 +157,8 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
 }
 
 // --seq-chunks auto (sequenceChunks < 0): whole where the plan fits the GPU
-// budget, else the fewest of 2, 4, 8, ... 64 (dividing seq, chunks of 64
-// tokens or more) that make it fit, or the most where none does. Past 64
+// budget (and --host-mem), else the fewest of 2, 4, 8, ... 64 (dividing seq,
+// chunks of 64 tokens or more) that make it fit, or the most where none does. Past 64
 // slices the MLP's share of a layer's memory is small beside attention's.
 // Each try is a compile (a minute or more at 7B and 512k tokens), so the
 // most slices go first: where they do not fit, no fewer will (the slices'
@@ -169,7 +169,17 @@ static llvm::Expected<plan::Plan> compileChunked(const std::string &modelPath, c
   if (autoChunks) passOpts.sequenceChunks = 1;
   auto plan = compilePlan(modelPath, import, passOpts, co);
   if (!plan || !autoChunks) return plan;
-  auto fits = [](const plan::Plan &p) { return p.schedule().device_bytes() <= p.schedule().gpu_budget_bytes(); };
+  // Within --host-mem too: more slices need fewer checkpoints offloaded to
+  // pinned host memory (auto's), so a plan past the host budget whole may
+  // fit it in slices.
+  auto fits = [&](const plan::Plan &p) {
+    if (p.schedule().device_bytes() > p.schedule().gpu_budget_bytes()) return false;
+    if (co.schedule.hostBudgetBytes <= 0) return true;
+    llvm::Error e = checkHostBudget(p, co.schedule.hostBudgetBytes);
+    const bool ok = !e;
+    llvm::consumeError(std::move(e));
+    return ok;
+  };
   if (fits(*plan)) return plan;
   std::vector<int64_t> counts; // 2, 4, ... that apply at this seq
   for (int64_t k = 2; k <= kMaxAutoChunks && import.seq % k == 0 && import.seq / k >= 64; k *= 2) counts.push_back(k);

@@ -101,7 +101,7 @@ static cl::opt<std::string> SeqChunks(
     "seq-chunks",
     cl::desc("Slices of the sequence each unit's MLP block runs over, one after another (its per-token "
              "intermediates then take that much less GPU memory; a divisor of --seq). auto (default): 1 where the "
-             "plan fits the GPU budget, else the fewest of 2, 4, 8, ... 64 that make it fit"),
+             "plan fits the GPU budget (and --host-mem), else the fewest of 2, 4, 8, ... 64 that make it fit"),
     cl::init("auto"), cl::value_desc("K|auto"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> ProfileFile("profile", cl::desc("Machine profile file (default: the built-in H200 profile)"),
                                         cl::value_desc("FILE"), cl::sub(compileCmd()), cl::sub(trainCmd()),
