@@ -160,9 +160,10 @@ static llvm::Error checkTokensFit(const std::string &modelPath, const frontend::
 // budget (and --host-mem), else the fewest of 2, 4, 8, ... 64 (dividing seq,
 // chunks of 64 tokens or more) that make it fit, or the most where none does. Past 64
 // slices the MLP's share of a layer's memory is small beside attention's.
-// Each try is a compile (a minute or more at 7B and 512k tokens), so the
-// most slices go first: where they do not fit, no fewer will (the slices'
-// bytes fall as they multiply); where they do, bisection finds the fewest.
+// Each try is a compile (a minute or more at 7B and 512k tokens), so after
+// two slices the most go next: where they do not fit, no fewer will (the
+// slices' bytes fall as they multiply); where they do, bisection finds the
+// fewest.
 static llvm::Expected<plan::Plan> compileChunked(const std::string &modelPath, const frontend::ImportOptions &import,
                                                  passes::PassOptions passOpts, const CodegenOptions &co) {
   const bool autoChunks = passOpts.sequenceChunks < 0;
@@ -188,10 +189,14 @@ static llvm::Expected<plan::Plan> compileChunked(const std::string &modelPath, c
     passOpts.sequenceChunks = counts[i];
     return compilePlan(modelPath, import, passOpts, co);
   };
+  // Two slices first (what a plan a little over the budget takes), then
+  // the most: where they do not fit, no fewer will.
+  auto two = at(0);
+  if (!two || fits(*two) || counts.size() == 1) return two;
   auto most = at(counts.size() - 1);
   if (!most || !fits(*most)) return most;
-  // counts[hi] fits; counts[lo] does not (lo = -1: the whole block, tried above).
-  int64_t lo = -1, hi = int64_t(counts.size()) - 1;
+  // counts[hi] fits; counts[lo] does not (tried above).
+  int64_t lo = 0, hi = int64_t(counts.size()) - 1;
   plan::Plan best = std::move(*most);
   while (hi - lo > 1) {
     const int64_t mid = lo + (hi - lo) / 2;

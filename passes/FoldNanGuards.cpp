@@ -12,6 +12,8 @@
 #include "passes/Pass.h"
 
 #include <cmath>
+#include <map>
+#include <tuple>
 
 namespace megac::passes {
 
@@ -107,8 +109,13 @@ bool maskKeepsRowsFinite(const Tensor &mask, const Shape &target, int64_t axis, 
   return true;
 }
 
+// maskKeepsRowsFinite's answers by (mask value, target shape, axis, score
+// type): every layer's softmax reads the same mask, and at 8,192 tokens a
+// scan is 64M entries.
+using MaskAnswers = std::map<std::tuple<ValueId, Shape, int64_t, DType>, bool>;
+
 // Is Softmax op `sm` fed by scores + (constant mask) that keeps every row finite?
-bool softmaxCannotBeNaN(Graph &g, const Op &sm, const PassOptions &opts) {
+bool softmaxCannotBeNaN(Graph &g, const Op &sm, const PassOptions &opts, MaskAnswers &answers) {
   ValueId x = sm.inputs.empty() ? kNoValue : sm.inputs[0];
   int32_t addIdx = producerOf(g, x, "Add");
   if (addIdx < 0) return false;
@@ -121,8 +128,13 @@ bool softmaxCannotBeNaN(Graph &g, const Op &sm, const PassOptions &opts) {
   const Op &add = g.ops[size_t(addIdx)];
   for (ValueId operand : add.inputs) {
     if (operand == kNoValue) continue;
-    std::optional<Tensor> mask = constantValue(g, operand, opts);
-    if (mask && maskKeepsRowsFinite(*mask, xt.shape, axis, xt.dtype)) return true;
+    const auto key = std::make_tuple(operand, xt.shape, axis, xt.dtype);
+    auto known = answers.find(key);
+    if (known == answers.end()) {
+      std::optional<Tensor> mask = constantValue(g, operand, opts);
+      known = answers.emplace(key, mask && maskKeepsRowsFinite(*mask, xt.shape, axis, xt.dtype)).first;
+    }
+    if (known->second) return true;
   }
   return false;
 }
@@ -137,6 +149,7 @@ bool isGraphOutput(const Graph &g, ValueId v) {
 
 llvm::Error foldNanGuards(Graph &g, const PassOptions &opts) {
   bool changed = false;
+  MaskAnswers answers;
   for (size_t i = 0; i < g.ops.size(); ++i) {
     Op &where = g.ops[i];
     if (where.dead || where.type != "Where" || where.inputs.size() != 3 || where.outputs.size() != 1) continue;
@@ -149,7 +162,7 @@ llvm::Error foldNanGuards(Graph &g, const PassOptions &opts) {
     if (smIdx < 0) continue;
     ValueId out = where.outputs[0];
     if (g.type(out) != g.type(s) || isGraphOutput(g, out)) continue;
-    if (!softmaxCannotBeNaN(g, g.ops[size_t(smIdx)], opts)) continue;
+    if (!softmaxCannotBeNaN(g, g.ops[size_t(smIdx)], opts, answers)) continue;
     g.replaceAllUses(out, s);
     g.ops[i].dead = true;
     changed = true;

@@ -123,8 +123,12 @@ private:
     if (it != local.end()) return it->second;
     const Value &val = g_.value(v);
     if (val.kind == ValueKind::Param) return "p:" + val.type.str();
-    if (val.kind == ValueKind::Const)
-      return "c:" + val.type.str() + (val.data ? ":" + hashTensor(*val.data) : ":" + val.name);
+    if (val.kind == ValueKind::Const) {
+      // Hashed once: every layer reads the same rotary tables ([seq, dim]).
+      auto [at, fresh] = constSigs_.try_emplace(v);
+      if (fresh) at->second = "c:" + val.type.str() + (val.data ? ":" + hashTensor(*val.data) : ":" + val.name);
+      return at->second;
+    }
     if (val.kind == ValueKind::Input) return "g:" + val.name;
     if (a_.dynamic[size_t(v)]) return "in:" + val.type.str();
     // A parameter-only computation: describe it structurally.
@@ -244,6 +248,7 @@ private:
 
   Graph &g_;
   Analysis a_;
+  std::map<ValueId, std::string> constSigs_; // valueSig of constants
 };
 
 } // namespace
