@@ -240,9 +240,7 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, GpuTrainBf16, ::testing::ValuesIn(kFixtures))
 TEST(GpuTrainFusedAttention, GradientTakesTheRecomputedForwardFromTheStash) {
   if (!cuda::cudnnAttentionBuiltIn()) GTEST_SKIP() << "megac was built without cuDNN";
   const int64_t seq = 64;
-  std::vector<int64_t> ids(size_t(2 * seq)), next(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 37 + 11) % 256), next[i] = int64_t((i * 53 + 5) % 256);
-  const Tensor x = Tensor::fromVector(DType::I64, {2, seq}, ids), t = Tensor::fromVector(DType::I64, {2, seq}, next);
+  const auto [x, t] = patternBatch(seq);
   for (codegen::Recompute r : {codegen::Recompute::All, codegen::Recompute::None}) {
     plan::Plan p = compileFixturePlan("llama", "bf16", r, seq);
     ASSERT_GT(p.units_size(), 0);
@@ -271,9 +269,7 @@ TEST(GpuTrainFusedAttention, GradientTakesTheRecomputedForwardFromTheStash) {
 TEST(GpuTrainFusedAttention, StashedOperandsGiveTheKeptOperandsGradientsBitForBit) {
   if (!cuda::cudnnAttentionBuiltIn()) GTEST_SKIP() << "megac was built without cuDNN";
   const int64_t seq = 64;
-  std::vector<int64_t> ids(size_t(2 * seq)), next(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 37 + 11) % 256), next[i] = int64_t((i * 53 + 5) % 256);
-  const Tensor x = Tensor::fromVector(DType::I64, {2, seq}, ids), t = Tensor::fromVector(DType::I64, {2, seq}, next);
+  const auto [x, t] = patternBatch(seq);
   std::vector<float> grads[2];
   double loss[2] = {0, 0};
   int64_t arena[2] = {0, 0};

@@ -111,9 +111,7 @@ TEST(AttentionStash, QkvEndAtTheForwardAndTheArenaShrinks) {
 }
 
 TEST(AttentionStash, CpuExecutorGivesTheUnmarkedGradientsBitForBit) {
-  std::vector<int64_t> ids(size_t(2 * kSeq)), next(ids.size());
-  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 37 + 11) % 256), next[i] = int64_t((i * 53 + 5) % 256);
-  const Tensor x = Tensor::fromVector(DType::I64, {2, kSeq}, ids), y = Tensor::fromVector(DType::I64, {2, kSeq}, next);
+  const auto [x, y] = patternBatch(kSeq);
   std::vector<float> grads[2];
   double loss[2] = {0, 0};
   for (int stash = 0; stash < 2; ++stash) {

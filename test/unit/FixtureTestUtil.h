@@ -163,17 +163,17 @@ inline plan::Plan compileFixturePlan(const std::string &model, const std::string
 // The fixture compiled for training at batch 2 x seq 16 with the default
 // codegen options but these schedule options (slots, budgets, recompute).
 inline plan::Plan compileFixtureScheduled(const std::string &model, const codegen::ScheduleOptions &schedule) {
-  frontend::ImportOptions io;
-  io.batch = 2;
-  io.seq = 16;
   codegen::CodegenOptions co;
   co.schedule = schedule;
-  auto p = driver::compileForTraining(fixtureDir(model) + "/model.onnx", io, {}, co);
-  if (!p) {
-    ADD_FAILURE() << llvm::toString(p.takeError());
-    return {};
-  }
-  return *p;
+  return compileFixtureWith(model, 16, co);
+}
+
+// Tokens and targets of a fixed pattern (ids below 256, every fixture's
+// vocabulary holds them) at batch 2 x `seq`: for lengths the references lack.
+inline std::pair<Tensor, Tensor> patternBatch(int64_t seq) {
+  std::vector<int64_t> ids(size_t(2 * seq)), next(ids.size());
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = int64_t((i * 37 + 11) % 256), next[i] = int64_t((i * 53 + 5) % 256);
+  return {Tensor::fromVector(DType::I64, {2, seq}, ids), Tensor::fromVector(DType::I64, {2, seq}, next)};
 }
 
 // `n` micro-batches from the fixture's reference batch for accumulation
