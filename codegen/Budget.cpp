@@ -35,6 +35,14 @@ llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes) {
              (h->pinnedCheckpoints ? ", offloaded checkpoints " + std::to_string(h->pinnedCheckpoints) : std::string()) + " bytes");
 }
 
+bool fitsHostBudget(const plan::Plan &p, int64_t hostBudgetBytes) {
+  if (hostBudgetBytes <= 0) return true;
+  llvm::Error e = checkHostBudget(p, hostBudgetBytes);
+  const bool fits = !e;
+  llvm::consumeError(std::move(e));
+  return fits;
+}
+
 int64_t largestFitting(int64_t below, const std::function<bool(int64_t)> &fits) {
   int64_t lo = 0, hi = below; // fits(lo) is taken as true (none), fits(hi) as false
   while (hi - lo > 1) {

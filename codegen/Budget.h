@@ -13,6 +13,8 @@ namespace megac::codegen {
 // slots of the schedule.
 // Errors, with the numbers, when the host bill exceeds `hostBudgetBytes`.
 llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes);
+// The same as a yes or no; yes where there is no budget (<= 0).
+bool fitsHostBudget(const plan::Plan &p, int64_t hostBudgetBytes);
 
 // The largest n in [1, below) with fits(n), by binary search (fits is taken
 // to be monotone); 0 if none.

@@ -76,6 +76,9 @@ static CodegenOptions leastPerToken(CodegenOptions co) {
 // And the MLP blocks in as many slices as auto may choose (64, or the most
 // powers of two that divide `seq`), where the flags allow chunking.
 static constexpr int64_t kMaxAutoChunks = 64;
+// Whether auto may run the MLP blocks in k slices at `seq`: k divides it and
+// leaves slices of 64 tokens or more.
+static bool autoSlicesApply(int64_t seq, int64_t k) { return seq % k == 0 && seq / k >= 64; }
 static passes::PassOptions leastPerToken(passes::PassOptions po, int64_t seq) {
   if (po.sequenceChunks != 1) po.sequenceChunks = std::gcd(seq, kMaxAutoChunks);
   return po;
@@ -174,16 +177,12 @@ static llvm::Expected<plan::Plan> compileChunked(const std::string &modelPath, c
   // pinned host memory (auto's), so a plan past the host budget whole may
   // fit it in slices.
   auto fits = [&](const plan::Plan &p) {
-    if (p.schedule().device_bytes() > p.schedule().gpu_budget_bytes()) return false;
-    if (co.schedule.hostBudgetBytes <= 0) return true;
-    llvm::Error e = checkHostBudget(p, co.schedule.hostBudgetBytes);
-    const bool ok = !e;
-    llvm::consumeError(std::move(e));
-    return ok;
+    return p.schedule().device_bytes() <= p.schedule().gpu_budget_bytes() &&
+           fitsHostBudget(p, co.schedule.hostBudgetBytes);
   };
   if (fits(*plan)) return plan;
   std::vector<int64_t> counts; // 2, 4, ... that apply at this seq
-  for (int64_t k = 2; k <= kMaxAutoChunks && import.seq % k == 0 && import.seq / k >= 64; k *= 2) counts.push_back(k);
+  for (int64_t k = 2; k <= kMaxAutoChunks && autoSlicesApply(import.seq, k); k *= 2) counts.push_back(k);
   if (counts.empty()) return plan;
   auto at = [&](size_t i) {
     passOpts.sequenceChunks = counts[i];
@@ -262,12 +261,7 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
     if (!p) return p.takeError();
     out.pinnedCheckpointBytes = p->schedule().pinned_checkpoint_bytes();
     out.sequenceChunks = plan::sequenceChunks(*p);
-    hostFits = true;
-    if (co.schedule.hostBudgetBytes > 0)
-      if (auto e = checkHostBudget(*p, co.schedule.hostBudgetBytes)) {
-        llvm::consumeError(std::move(e));
-        hostFits = false;
-      }
+    hostFits = fitsHostBudget(*p, co.schedule.hostBudgetBytes);
     return p->schedule().device_bytes();
   };
   auto b1 = bytesAt(s0, leastPerToken(passOpts, s0), leastPerToken(co));
@@ -309,7 +303,7 @@ llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, cons
     // Auto's most slices outright where they apply: a length fits with
     // auto's slices exactly where it fits with 64 (auto stops at the fewest
     // that fit), and each count auto tries is a compile.
-    const bool most = passOpts.sequenceChunks < 0 && seq % kMaxAutoChunks == 0 && seq / kMaxAutoChunks >= 64;
+    const bool most = passOpts.sequenceChunks < 0 && autoSlicesApply(seq, kMaxAutoChunks);
     auto b = most ? bytesAt(seq, leastPerToken(passOpts, seq), co) : bytesAt(seq, passOpts, co, true);
     if (!b) return b.takeError();
     if (*b <= budget && hostFits) {

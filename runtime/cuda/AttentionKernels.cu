@@ -635,13 +635,12 @@ llvm::Error attentionGradKernel(GpuKernelContext &ctx) {
     if (!ran) return gpuKernelError(op, llvm::toString(ran.takeError()));
     if (*ran) return llvm::Error::success();
   }
-  if (operandsStashed)
+  if (operandsStashed) {
+    const std::string why = cudnnAttentionStats().lastFallback;
     return gpuKernelError(op, "the plan ended Q, K and V at the forward, counting on cuDNN's fused attention and "
                               "its stash, which did not run this problem (" +
-                                  llvm::Twine(cudnnAttentionStats().lastFallback.empty()
-                                                  ? std::string("not in bf16 mode, or sizes it does not take")
-                                                  : cudnnAttentionStats().lastFallback) +
-                                  ")");
+                                  llvm::Twine(why.empty() ? "not in bf16 mode, or sizes it does not take" : why) + ")");
+  }
   WorkspaceCarver carver(ctx.workspace);
   const GradBuffers buf = carveGrad(carver, ctx, d);
   if (carver.used() > ctx.workspaceBytes) return gpuKernelError(op, "workspace is smaller than asked for");

@@ -58,12 +58,8 @@ int stashedGradForward(const Program &p, int grad, const std::string &compute, s
 int markStashedAttentionOperands(Program &p, const std::string &compute) {
   int marked = 0;
   for (int k = 0; k < p.ops_size(); ++k) {
-    if (stashedGradForward(p, k, compute) < 0) continue;
-    Program::Op *op = p.mutable_ops(k);
-    Attribute *a = nullptr;
-    for (Attribute &x : *op->mutable_attributes())
-      if (x.name() == kStashedOperandsAttr) a = &x;
-    if (!a) a = op->add_attributes();
+    if (hasStashedOperands(p.ops(k)) || stashedGradForward(p, k, compute) < 0) continue;
+    Attribute *a = p.mutable_ops(k)->add_attributes();
     a->set_name(kStashedOperandsAttr);
     a->set_i(1);
     ++marked;
