@@ -101,9 +101,10 @@ static bool viewSharesBytes(const Program &p, const Program::Op &op) {
 // gradient (the logits recomputed, then dh and dW). Bytes: the operands and
 // results, the chunks of fp32 logits through the workspace (written, then
 // read: twice more in the gradient, which rewrites them as dlogits), and in
-// bf16 plans W packed once plus the chunk operands packed per product.
+// bf16 plans W packed once (unless the runtime copied it beforehand) plus the
+// chunk operands packed per product.
 static llvm::Error linearCrossEntropyWork(const Program &p, const Program::Op &op, bool bf16Operands,
-                                          ProgramWork &w) {
+                                          bool wCopied, ProgramWork &w) {
   const bool grad = op.type() == "megac.LinearCrossEntropyGrad";
   const int first = grad ? 1 : 0;
   const Program::Value *h = op.inputs_size() > first + 1 ? valueAt(p, op.inputs(first)) : nullptr;
@@ -117,17 +118,34 @@ static llvm::Error linearCrossEntropyWork(const Program &p, const Program::Op &o
   w.gemmFlops += flops;
   w.memoryBytes += memoryBytes(p, op) + (grad ? 16.0 : 8.0) * rows * vocab;
   if (bf16Operands)
-    w.memoryBytes += 6.0 * (weights + rows * hidden + (grad ? 2.0 * rows * vocab : 0.0));
+    w.memoryBytes += 6.0 * ((wCopied ? 0.0 : weights) + rows * hidden + (grad ? 2.0 * rows * vocab : 0.0));
   return llvm::Error::success();
 }
 
-llvm::Error forEachOpWork(const Program &p, bool bf16Operands,
+CopiedArguments copiedWeightArguments(const Plan &p, int unit) {
+  if (!p.has_schedule() || p.schedule().weight_copy_bytes() == 0 || unit < 0 || unit >= p.units_size() ||
+      p.units(unit).resident())
+    return {};
+  const Unit &u = p.units(unit);
+  if (u.template_id() < 0 || u.template_id() >= p.templates_size()) return {};
+  const Template &t = p.templates(u.template_id());
+  return {t.num_activation_inputs(), t.num_activation_inputs() + t.num_parameters()};
+}
+
+llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments copied,
                           llvm::function_ref<void(const Program::Op &, const ProgramWork &)> each) {
   // The runtime packs a product's A once for consecutive products that read
   // it alike (only products and views between: GpuContext::packedA): the
   // last packed A as (the value whose bytes it is, its shape, transA).
   std::vector<int32_t> root(static_cast<size_t>(p.values_size()));
   for (int32_t v = 0; v < p.values_size(); ++v) root[size_t(v)] = v;
+  // Values read as bf16 copies made before the program runs: never packed.
+  std::vector<bool> isCopy(static_cast<size_t>(p.values_size()), false);
+  for (int i = std::max(copied.begin, 0); i < std::min(copied.end, p.arguments_size()); ++i)
+    if (int32_t v = p.arguments(i); v >= 0 && v < p.values_size()) isCopy[size_t(v)] = true;
+  auto packedElems = [&](int32_t id, const Program::Value *v) {
+    return id >= 0 && isCopy[size_t(root[size_t(id)])] ? 0 : numel(v->type());
+  };
   std::string lastPackedA;
   for (const Program::Op &op : p.ops()) {
     for (int32_t id : op.inputs())
@@ -154,13 +172,15 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands,
       std::string aKey =
           std::to_string(root[size_t(op.inputs(0))]) + ":" + a->type().SerializeAsString() + (transA ? ":t" : "");
       if (bf16Operands && b)
-        w.memoryBytes = 6.0 * double((aKey == lastPackedA ? 0 : numel(a->type())) + numel(b->type()));
+        w.memoryBytes = 6.0 * double((aKey == lastPackedA ? 0 : packedElems(op.inputs(0), a)) + packedElems(op.inputs(1), b));
       // A Gemm's C (fuse-add-into-gemm's addend): the epilogue reads it.
       if (type == "Gemm" && op.inputs_size() > 2)
         if (const Program::Value *c = valueAt(p, op.inputs(2))) w.memoryBytes += double(tensorBytes(c->type()));
       lastPackedA = std::move(aKey);
     } else if (type == "megac.LinearCrossEntropy" || type == "megac.LinearCrossEntropyGrad") {
-      if (auto e = linearCrossEntropyWork(p, op, bf16Operands, w)) return e;
+      const int wAt = type == "megac.LinearCrossEntropyGrad" ? 2 : 1;
+      const bool wCopied = op.inputs_size() > wAt && op.inputs(wAt) >= 0 && isCopy[size_t(root[size_t(op.inputs(wAt))])];
+      if (auto e = linearCrossEntropyWork(p, op, bf16Operands, wCopied, w)) return e;
       lastPackedA.clear();
     } else if (type == "Attention" || type == "megac.AttentionGrad") {
       if (auto e = attentionWork(p, op, bf16Operands, w)) return e;
@@ -176,7 +196,7 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands,
   return llvm::Error::success();
 }
 
-llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
+llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands, CopiedArguments copied) {
   ProgramWork sum;
   auto add = [&](const Program::Op &, const ProgramWork &w) {
     sum.gemmFlops += w.gemmFlops;
@@ -184,7 +204,7 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands) {
     sum.attentionElements += w.attentionElements;
     sum.memoryBytes += w.memoryBytes;
   };
-  if (auto e = forEachOpWork(p, bf16Operands, add)) return std::move(e);
+  if (auto e = forEachOpWork(p, bf16Operands, copied, add)) return std::move(e);
   return sum;
 }
 
@@ -292,7 +312,8 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     unitWeightBytes.push_back(unitWeightLayout(p_, u).bytes);
     unitUpdateParams.push_back(updates);
   }
-  std::map<std::pair<int, int>, ProgramWork> programs; // (template, backward + 2 x keeps activations)
+  // (template, backward + 2 x keeps activations + 4 x reads its weights' bf16 copies)
+  std::map<std::pair<int, int>, ProgramWork> programs;
   for (const StreamAction &a : s_.actions()) {
     ActionTiming t;
     Work w;
@@ -307,6 +328,12 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
       t.transferBytes = unitWeightBytes[size_t(unit)] * transferCopies(a.kind());
       w.amount = double(t.transferBytes);
       (a.stream() == StreamAction::H2D ? out.h2dBytes : out.d2hBytes) += t.transferBytes;
+      if (a.kind() == StreamAction::PREFETCH && s_.weight_copy_bytes() > 0) {
+        // Then the weights' bf16 copy, on the same stream: 4 bytes read and 2
+        // written per parameter, counted as the H2D time it takes.
+        t.memoryBytes = 1.5 * double(unitWeightBytes[size_t(unit)]);
+        w.amount += t.memoryBytes / r_.hbmBytesPerS * r_.h2dBytesPerS;
+      }
       break;
     case StreamAction::SAVE_CHECKPOINT:
     case StreamAction::LOAD_CHECKPOINT:
@@ -320,15 +347,17 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
       bool backward = a.kind() == StreamAction::BACKWARD;
       int tid = p_.units(unit).template_id();
       const bool keep = keepsActivations(p_, unit);
-      auto it = programs.find({tid, int(backward) + 2 * int(keep)});
+      const CopiedArguments copied = copiedWeightArguments(p_, unit);
+      const int variant = int(backward) + 2 * int(keep) + 4 * int(copied.end > copied.begin);
+      auto it = programs.find({tid, variant});
       if (it == programs.end()) {
         const Template &tpl = p_.templates(tid);
         const Program &prog = backward ? backwardProgram(p_, unit) : forwardProgram(p_, unit);
-        auto pw = programWork(prog, p_.compute() == "bf16");
+        auto pw = programWork(prog, p_.compute() == "bf16", copied);
         if (!pw) return err("template '" + tpl.name() + "': " + llvm::toString(pw.takeError()));
         // forward_keep copies its saved values out of the arena (read + write).
         if (keep && !backward) pw->memoryBytes += 2.0 * double(savedLayout(tpl).bytes);
-        it = programs.emplace(std::make_pair(tid, int(backward) + 2 * int(keep)), *pw).first;
+        it = programs.emplace(std::make_pair(tid, variant), *pw).first;
       }
       t.gemmFlops = it->second.gemmFlops;
       t.attentionFlops = it->second.attentionFlops;
@@ -686,7 +715,7 @@ llvm::Expected<std::vector<OpTypeTime>> predictOpTimes(const Plan &p, const Mach
       ++t.launches;
       t.seconds += programSeconds(w, *rates);
     };
-    if (auto e = forEachOpWork(prog, p.compute() == "bf16", add))
+    if (auto e = forEachOpWork(prog, p.compute() == "bf16", copiedWeightArguments(p, a.unit()), add))
       return err("unit '" + p.units(a.unit()).name() + "': " + llvm::toString(std::move(e)));
     if (backward && !p.optimizer().no_finite_check()) { // the gradients' check, after the program
       OpTypeTime &t = byLabel["NaN/Inf check (backward)"];

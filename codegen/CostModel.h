@@ -43,13 +43,23 @@ struct ProgramWork {
   double attentionElements = 0;
   double memoryBytes = 0; // bytes read + written by every other op (view ops: none)
 };
+// Argument positions [begin, end) of a program whose bf16 copies the runtime
+// made beforehand (a streamed unit's parameters, where the plan has bf16
+// weight copies: StreamSchedule.weight_copy_bytes): products read them
+// without packing.
+struct CopiedArguments {
+  int begin = 0, end = 0;
+};
+// The parameters of `unit`'s programs where the plan copies its weight slots
+// to bf16 and the unit streams; else none.
+CopiedArguments copiedWeightArguments(const Plan &p, int unit);
 // `bf16Operands`: bf16 plans, where the runtime packs each product's fp32
-// operands to bf16 first (6 bytes moved per operand element) and runs
-// attention fused where plan::runsFused says so.
-llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands = false);
+// operands to bf16 first (6 bytes moved per operand element, none for a
+// `copied` argument) and runs attention fused where plan::runsFused says so.
+llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands = false, CopiedArguments copied = {});
 // The same walk, op by op: `each` gets every op of p and its own work (view
 // ops of a TEMP and ops the model does not time: zero).
-llvm::Error forEachOpWork(const Program &p, bool bf16Operands,
+llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments copied,
                           llvm::function_ref<void(const Program::Op &, const ProgramWork &)> each);
 
 enum Lane : int { kLaneH2D = 0, kLaneCompute = 1, kLaneD2H = 2, kLaneCPU = 3 };

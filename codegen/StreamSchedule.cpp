@@ -4,7 +4,11 @@
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+
 #include <algorithm>
+#include <climits>
+#include <set>
 
 namespace megac::codegen {
 
@@ -155,14 +159,18 @@ public:
     if (sFreeRecorded_[size_t(g)] || overlap_) o->add_waits(event('s', g, false));
     o->add_records(event('g', g, false));
     o->add_records(event('s', g, true));
+    return index;
+  }
 
+  // The host's AdamW of a unit whose gradients the OFFLOAD above put in
+  // staging slot g (issued then, or later where the order defers it).
+  void hostUpdate(int unit, int g) {
     StreamAction *u = add(StreamAction::UPDATE, StreamAction::CPU, unit);
     u->set_grad_slot(g);
     u->add_waits(event('s', g, true));
     u->add_records(event('s', g, false));
     if (updated_[size_t(unit)] >= 0) u->add_records(updated_[size_t(unit)]);
     sFreeRecorded_[size_t(g)] = true;
-    return index;
   }
 
 private:
@@ -248,6 +256,128 @@ std::vector<OffloadedCheckpoint> chooseOffloads(const plan::Plan &p, const std::
   return out;
 }
 
+// An order of the host's UPDATEs names each host-stepped unit once and puts
+// a unit after the later units (in forward order) sharing a parameter with
+// it: the lowest unit's UPDATE steps the shared parameter, from the sum of
+// every contribution.
+llvm::Error checkHostUpdateOrder(const plan::Plan &p, const std::vector<int> &order) {
+  if (order.empty()) return llvm::Error::success();
+  const int N = p.units_size();
+  std::vector<int> rank(size_t(N), -1);
+  for (size_t i = 0; i < order.size(); ++i) {
+    const int u = order[i];
+    if (u < 0 || u >= N || !plan::steppedOnHost(p.units(u)) || rank[size_t(u)] >= 0)
+      return err("the host update order names unit " + llvm::Twine(u) +
+                 ", which does not exist, is not stepped on the host or was named before");
+    rank[size_t(u)] = int(i);
+  }
+  for (int u = 0; u < N; ++u) {
+    if (!plan::steppedOnHost(p.units(u))) continue;
+    if (rank[size_t(u)] < 0) return err("the host update order leaves out unit '" + p.units(u).name() + "'");
+    for (int v : plan::unitsSharingParameters(p, u))
+      if (v > u && plan::steppedOnHost(p.units(v)) && rank[size_t(v)] > rank[size_t(u)])
+        return err("the host update order puts unit '" + p.units(u).name() + "' before '" + p.units(v).name() +
+                   "', whose gradient of a parameter they share it must add first");
+  }
+  return llvm::Error::success();
+}
+
+// Which grad slot (and staging slot: the same index) each unit's BACKWARD
+// writes, and when the host's UPDATEs are issued. In arrival order (no
+// order given) each UPDATE follows its OFFLOAD and the slots take turns. In
+// a given order (ScheduleOptions.hostUpdateOrder) an offloaded unit's
+// UPDATE waits, its gradients held in their staging slot, until the units
+// before it in the order have theirs; a BACKWARD takes the free slot whose
+// last UPDATE was issued first, and where every slot holds gradients
+// waiting, the first of them in the order is updated out of turn.
+class HostUpdates {
+public:
+  using Emit = llvm::function_ref<void(int unit, int slot)>;
+  HostUpdates(const plan::Plan &p, const std::vector<int> &order, int slots)
+      : p_(p), order_(order), held_(size_t(slots), false), freedAt_(size_t(slots)),
+        rank_(size_t(p.units_size()), INT32_MAX) {
+    for (int k = 0; k < slots; ++k) freedAt_[size_t(k)] = k - slots; // unused slots in index order
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i] >= 0 && order[i] < p.units_size()) rank_[size_t(order[i])] = int(i);
+  }
+
+  // The slot unit u's BACKWARD writes.
+  int slotFor(int u, Emit emit) {
+    (void)u;
+    for (;;) {
+      int best = -1;
+      for (int k = 0; k < int(held_.size()); ++k)
+        if (!held_[size_t(k)] && (best < 0 || freedAt_[size_t(k)] < freedAt_[size_t(best)])) best = k;
+      if (best >= 0) return best;
+      issueFirst(emit); // every slot holds gradients waiting for their UPDATE
+    }
+  }
+
+  // After unit u's last BACKWARD (and its OFFLOAD, where the host steps it).
+  void offloaded(int u, int slot, Emit emit) {
+    if (!plan::steppedOnHost(p_.units(u))) { // its UPDATE ran on the GPU, which freed the slot
+      freedAt_[size_t(slot)] = issued_++;
+      return;
+    }
+    waiting_.push_back({u, slot});
+    held_[size_t(slot)] = true;
+    drain(emit, false);
+  }
+
+  // At the end of the backward: every UPDATE still waiting, in the order.
+  void finish(Emit emit) { drain(emit, true); }
+
+private:
+  struct Waiting {
+    int unit, slot;
+  };
+  void issue(size_t i, Emit emit) {
+    const Waiting w = waiting_[i];
+    waiting_.erase(waiting_.begin() + long(i));
+    emit(w.unit, w.slot);
+    held_[size_t(w.slot)] = false;
+    freedAt_[size_t(w.slot)] = issued_++;
+    done_.insert(w.unit);
+  }
+  // The waiting unit first in the order (arrival breaks ties: units the order does not name).
+  size_t firstInOrder() const {
+    size_t best = 0;
+    for (size_t i = 1; i < waiting_.size(); ++i)
+      if (rank_[size_t(waiting_[i].unit)] < rank_[size_t(waiting_[best].unit)]) best = i;
+    return best;
+  }
+  void issueFirst(Emit emit) { issue(firstInOrder(), emit); }
+  // Issues the waiting UPDATEs whose turn it is: in arrival order, all; in a
+  // given order, while the next unit of the order is waiting (all, `force`).
+  void drain(Emit emit, bool force) {
+    while (!waiting_.empty()) {
+      if (order_.empty() || force) {
+        issue(order_.empty() ? 0 : firstInOrder(), emit);
+        continue;
+      }
+      while (next_ < order_.size() && done_.count(order_[next_])) ++next_;
+      if (next_ >= order_.size()) {
+        issue(0, emit);
+        continue;
+      }
+      size_t i = 0;
+      while (i < waiting_.size() && waiting_[i].unit != order_[next_]) ++i;
+      if (i == waiting_.size()) return; // its gradients have not come yet
+      issue(i, emit);
+    }
+  }
+
+  const plan::Plan &p_;
+  const std::vector<int> &order_;
+  std::vector<bool> held_;      // per slot: gradients waiting for their UPDATE
+  std::vector<int64_t> freedAt_; // per slot: when its last UPDATE was issued (a counter)
+  std::vector<int> rank_;       // per unit: its place in the order
+  std::vector<Waiting> waiting_;
+  std::set<int> done_;
+  size_t next_ = 0;
+  int64_t issued_ = 0;
+};
+
 } // namespace
 
 llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
@@ -264,6 +394,7 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
     if (p.units(u).adamw_on_gpu() && (p.units(u).resident() || !plan::canBeResident(p, u)))
       return err("unit '" + p.units(u).name() + "' cannot run its AdamW on the GPU while it streams: it is resident, "
                  "shares a parameter with another unit or has none");
+  if (auto e = checkHostUpdateOrder(p, o.hostUpdateOrder)) return e;
   plan::StreamSchedule &s = *p.mutable_schedule();
   s.Clear();
   s.set_weight_slots(K);
@@ -362,7 +493,9 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   });
   std::vector<int> backwardOrder(forwardOrder.rbegin(), forwardOrder.rend());
   ab.inBackward = true;
-  issue(backwardOrder, [&](size_t b, int u) {
+  HostUpdates updates(p, o.hostUpdateOrder, G);
+  issue(backwardOrder, [&](size_t, int u) {
+    const int g = updates.slotFor(u, [&](int unit, int slot) { ab.hostUpdate(unit, slot); });
     for (int m = 0; m < M; ++m) {
       // A checkpoint comes back while the BACKWARD before its first reader
       // runs, once the compute stream's work before it is done.
@@ -375,12 +508,14 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
         load->add_records(c.event + 3);
         c.loadAt = s.actions_size() - 1;
       }
-      const int bw = bwdAt[at(u, m)] = ab.backward(u, int(b % size_t(G)), m, m == M - 1);
+      const int bw = bwdAt[at(u, m)] = ab.backward(u, g, m, m == M - 1);
       for (const OffloadedCheckpoint &c : offloaded)
         if (c.mb == m && readsActivation(p.units(u), c.activation)) s.mutable_actions(bw)->add_waits(c.event + 3);
       ++computePos;
     }
+    updates.offloaded(u, g, [&](int unit, int slot) { ab.hostUpdate(unit, slot); });
   });
+  updates.finish([&](int unit, int slot) { ab.hostUpdate(unit, slot); });
   const int last = s.actions_size() - 1;
 
   // Regions with their lifetimes (action indices, inclusive).
@@ -390,6 +525,10 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   s.set_grad_slot_bytes(gradSlotBytes);
   s.set_pinned_staging_bytes(int64_t(G) * gradSlotBytes);
   for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last);
+  if (o.bf16WeightCopies && p.compute() == "bf16" && slotBytes > 0) {
+    s.set_weight_copy_bytes(plan::weightCopyBytes(slotBytes));
+    for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_COPY, k, s.weight_copy_bytes(), 0, last);
+  }
   for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, gradSlotBytes, 0, last);
   if (plan::anyAdamwOnGpu(p))
     for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::MOMENT_SLOT, k, plan::momentSlotBytes(p), 0, last);

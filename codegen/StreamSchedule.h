@@ -5,6 +5,8 @@
 #include "codegen/MachineProfile.h"
 #include "runtime/plan/PlanIO.h"
 
+#include <vector>
+
 namespace megac::codegen {
 
 // Which units recompute their forward in the backward (codegen/RecomputePolicy.h).
@@ -12,6 +14,12 @@ enum class Recompute {
   All,  // every unit recomputes from its input checkpoint (the least memory; the default)
   Auto, // keep the activations of as many units as the GPU budget holds, the most recompute saved per byte first
   None, // every unit keeps its activations (over budget is an error)
+};
+
+// --update-order (codegen/UpdateOrderPolicy.h).
+enum class UpdateOrder {
+  Arrival, // each unit's host AdamW as its gradients arrive
+  Auto,    // the cost model's earliest-needed-first order where it is faster, with the grad slots it needs
 };
 
 struct ScheduleOptions {
@@ -26,6 +34,16 @@ struct ScheduleOptions {
   // --overlap-steps: the host's AdamW of a step runs on beside the next
   // step's forward (plan.proto's StreamSchedule.overlap_steps).
   bool overlapSteps = true;
+  // --bf16-weight-copies (off by default): in bf16 plans, a bf16 copy beside each weight slot
+  // (2 bytes a parameter), packed once per PREFETCH, so that a unit's
+  // products read its weights as bf16 instead of packing them each time
+  // (plan.proto's StreamSchedule.weight_copy_bytes). No effect in other plans.
+  bool bf16WeightCopies = false;
+  // The order of the host's AdamW UPDATEs, as units (codegen/UpdateOrderPolicy.h):
+  // each waits, its gradients held in their staging slot, until the units
+  // before it have had theirs. Empty: in the order the gradients arrive.
+  std::vector<int> hostUpdateOrder;
+  UpdateOrder updateOrder = UpdateOrder::Arrival; // what compile's policy does (sets the two above)
   // --micro-batches-per-pass: micro-batches each pass carries through every
   // unit (layer-major accumulation); divides the plan's grad_accum (-1: auto,
   // codegen/MicroBatchPolicy.h).

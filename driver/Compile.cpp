@@ -6,6 +6,7 @@
 #include "codegen/MicroBatchPolicy.h"
 #include "codegen/RecomputePolicy.h"
 #include "codegen/ResidentPolicy.h"
+#include "codegen/UpdateOrderPolicy.h"
 #include "codegen/WeightSlotsPolicy.h"
 #include "runtime/plan/PlanChecker.h"
 #include "runtime/plan/UnitPrograms.h"
@@ -54,6 +55,7 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   if (auto e = applyGpuAdamwPolicy(*plan, so)) return std::move(e);
   if (slotsAuto)
     if (auto e = applyWeightSlotsPolicy(*plan, so)) return std::move(e);
+  if (auto e = applyUpdateOrderPolicy(*plan, so)) return std::move(e);
   if (auto e = applyRecomputePolicy(*plan, so)) return std::move(e);
   // Last: auto offloads checkpoints only where the plan is over budget.
   if (auto e = applyCheckpointOffloadPolicy(*plan, so)) return std::move(e);

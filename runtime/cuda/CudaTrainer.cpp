@@ -6,6 +6,7 @@
 #include "runtime/cuda/FiniteCheckKernels.h"
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GpuProgram.h"
+#include "runtime/cuda/LtMatmul.h"
 #include "runtime/cuda/OpTimer.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/ArenaRules.h"
@@ -339,6 +340,22 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   }
   if (auto e = plan::checkPassMicroBatches(s)) return e;
   M_ = plan::passMicroBatches(s);
+  // bf16 copies of the weight slots: each PREFETCH fills its slot's, the products read it.
+  gpu_.weightCopies.clear();
+  if (s.weight_copy_bytes() > 0) {
+    if (gpu_.mode != ComputeMode::BF16)
+      return err("the plan has bf16 copies of its weight slots but computes in " + plan_.compute());
+    if (s.weight_copy_bytes() < plan::weightCopyBytes(s.weight_slot_bytes()))
+      return err("the plan's bf16 weight copies are smaller than half its weight slots");
+    for (int k = 0; k < s.weight_slots(); ++k) {
+      llvm::Error e = llvm::Error::success();
+      uint8_t *slot = region(plan::DeviceRegion::WEIGHT_SLOT, k, s.weight_slot_bytes(), e);
+      if (e) return e;
+      uint8_t *copy = region(plan::DeviceRegion::WEIGHT_COPY, k, s.weight_copy_bytes(), e);
+      if (e) return e;
+      gpu_.weightCopies.push_back({reinterpret_cast<const float *>(slot), s.weight_slot_bytes() / 4, copy});
+    }
+  }
   // Checkpoint offload: the host's copies, pinned, and which checkpoints come back.
   if (auto e = plan::checkCheckpointCopies(plan_)) return e;
   loadedCheckpoints_ = plan::loadedCheckpoints(s);
@@ -863,12 +880,22 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
       if (hostBlock_[size_t(a.unit())] >= 0) {
         MEGAC_CUDA_TRY(cudaMemcpyAsync(slot, state_.params.data() + hostBlock_[size_t(a.unit())], size_t(lay.bytes),
                                        cudaMemcpyHostToDevice, st));
-        break;
+      } else {
+        for (int k = 0; k < unit.parameters_size(); ++k) {
+          const plan::Parameter &p = plan_.parameters(unit.parameters(k));
+          MEGAC_CUDA_TRY(cudaMemcpyAsync(slot + lay.offsets[size_t(k)], state_.params.data() + p.host_offset(),
+                                         size_t(p.numel()) * 4, cudaMemcpyHostToDevice, st));
+        }
       }
-      for (int k = 0; k < unit.parameters_size(); ++k) {
-        const plan::Parameter &p = plan_.parameters(unit.parameters(k));
-        MEGAC_CUDA_TRY(cudaMemcpyAsync(slot + lay.offsets[size_t(k)], state_.params.data() + p.host_offset(),
-                                       size_t(p.numel()) * 4, cudaMemcpyHostToDevice, st));
+      // The slot's bf16 copy, parameter by parameter (the padding between them is never written).
+      if (s.weight_copy_bytes() > 0) {
+        uint8_t *copy = region(plan::DeviceRegion::WEIGHT_COPY, a.weight_slot(), lay.bytes / 2, e);
+        if (e) return e;
+        for (int k = 0; k < unit.parameters_size(); ++k)
+          if (auto e2 = packBf16On(st, copy + lay.offsets[size_t(k)] / 2,
+                                   reinterpret_cast<const float *>(slot + lay.offsets[size_t(k)]),
+                                   plan_.parameters(unit.parameters(k)).numel()))
+            return e2;
       }
       break;
     }

@@ -76,6 +76,17 @@ struct GpuContext {
     uint64_t epoch = 0;
   } packedA;
   uint64_t packsReused = 0; // products that took packedA (tests read it)
+  // bf16 mode: the weight slots' bf16 copies (plan.proto's WEIGHT_COPY; the
+  // trainer packs a unit's parameters into them with each PREFETCH). fp32
+  // element i of [src, src + elems) has its bf16 copy at copy[i]; a product
+  // operand stored without padding inside a slot is read from its copy
+  // (ltMatmul: weightCopyOf) instead of being packed.
+  struct WeightCopy {
+    const float *src = nullptr;
+    int64_t elems = 0;
+    const void *copy = nullptr;
+  };
+  std::vector<WeightCopy> weightCopies;
   struct StashOwner {
     uint64_t run = 0;
     const void *q = nullptr, *k = nullptr, *v = nullptr; // the op's input identities in that run

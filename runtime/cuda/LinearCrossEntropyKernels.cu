@@ -104,8 +104,13 @@ llvm::Error chunkLogits(GpuContext &gpu, const Dims &d, const Scratch &s, const 
   return ltMatmul(gpu, g);
 }
 
-llvm::Error packW(GpuContext &gpu, const Dims &d, const Scratch &s, const float *w) {
+// W's bf16 copy: the weight slot's (GpuContext::weightCopies), else packed here.
+llvm::Error packW(GpuContext &gpu, const Dims &d, Scratch &s, const float *w) {
   if (!s.wPacked) return llvm::Error::success();
+  if (const void *copy = weightCopyOf(gpu, w, d.hidden * d.vocab)) {
+    s.wPacked = const_cast<void *>(copy);
+    return llvm::Error::success();
+  }
   return ltPackBf16(gpu, s.wPacked, w, d.hidden * d.vocab);
 }
 

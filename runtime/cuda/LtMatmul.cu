@@ -13,6 +13,7 @@
 #include <cuda_bf16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -321,6 +322,16 @@ __global__ void packBf16x4Kernel(__nv_bfloat162 *dst, const float4 *src, int64_t
   }
 }
 
+// The same for a matrix stored without padding: no index arithmetic (the
+// 64-bit divisions above cost the kernels most of their bandwidth).
+__global__ void packBf16LinearKernel(uint2 *dst, const float4 *src, int64_t total4) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total4; e += int64_t(gridDim.x) * blockDim.x) {
+    const float4 v = src[e];
+    const __nv_bfloat162 lo = __floats2bfloat162_rn(v.x, v.y), hi = __floats2bfloat162_rn(v.z, v.w);
+    dst[e] = make_uint2(*reinterpret_cast<const unsigned *>(&lo), *reinterpret_cast<const unsigned *>(&hi));
+  }
+}
+
 // The bf16 mode packs every product's operands to bf16; where it cannot, the
 // product runs on the fp32 operands under FAST_16BF, where rounding to bf16
 // is cuBLASLt's choice, at about half the rate: said once per shape.
@@ -334,15 +345,20 @@ void noteFp32Operands(const LtGemm &g, const char *why) {
                  << "\n";
 }
 
-llvm::Error packBf16(GpuContext &ctx, __nv_bfloat16 *dst, const float *src, const Stored &m) {
+llvm::Error packBf16(cudaStream_t stream, __nv_bfloat16 *dst, const float *src, const Stored &m) {
   const int64_t total = m.packedElems();
   if (total == 0) return llvm::Error::success();
-  if (m.cols % 4 == 0 && m.ld % 4 == 0 && m.stride % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
-    packBf16x4Kernel<<<gridFor(total / 4), 256, 0, ctx.stream>>>(reinterpret_cast<__nv_bfloat162 *>(dst),
+  const bool contiguous = m.ld == m.cols && (m.stride == m.rows * m.cols || m.stride == 0 || m.batch == 1);
+  if (contiguous && total % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0 &&
+      reinterpret_cast<uintptr_t>(dst) % 8 == 0) {
+    packBf16LinearKernel<<<gridFor(total / 4), 256, 0, stream>>>(reinterpret_cast<uint2 *>(dst),
+                                                                     reinterpret_cast<const float4 *>(src), total / 4);
+  } else if (m.cols % 4 == 0 && m.ld % 4 == 0 && m.stride % 4 == 0 && reinterpret_cast<uintptr_t>(src) % 16 == 0) {
+    packBf16x4Kernel<<<gridFor(total / 4), 256, 0, stream>>>(reinterpret_cast<__nv_bfloat162 *>(dst),
                                                                  reinterpret_cast<const float4 *>(src), m.rows,
                                                                  m.cols / 4, m.ld / 4, m.stride / 4, total / 4);
   } else {
-    packBf16Kernel<<<gridFor(total), 256, 0, ctx.stream>>>(dst, src, m.rows, m.cols, m.ld, m.stride, total);
+    packBf16Kernel<<<gridFor(total), 256, 0, stream>>>(dst, src, m.rows, m.cols, m.ld, m.stride, total);
   }
   MEGAC_CUDA_LAUNCHED();
   return llvm::Error::success();
@@ -395,19 +411,27 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   const Stored sa = storedA(g), sb = storedB(g);
   // A caller's packed B: one matrix stored without padding.
   const bool bPacked = g.bPackedBf16 && sb.ld == sb.cols && (sb.stride == 0 || sb.batch == 1);
-  if (ctx.mode == ComputeMode::BF16 && g.scratch &&
-      size_t(plan::bf16PackBytes(sa.packedElems(), bPacked ? 0 : sb.packedElems())) <= g.scratchBytes) {
-    auto *pa = static_cast<__nv_bfloat16 *>(g.scratch);
-    auto *pb = bPacked ? static_cast<__nv_bfloat16 *>(const_cast<void *>(g.bPackedBf16))
-                       : pa + align128(sa.packedElems());
-    if (reusable(ctx, g.a, sa, pa)) {
+  // Operands in a weight slot: its bf16 copy (one matrix stored without padding).
+  auto copyOf = [&](const float *p, const Stored &m) -> const void * {
+    if (ctx.mode != ComputeMode::BF16 || m.ld != m.cols || (m.stride != 0 && m.batch != 1)) return nullptr;
+    return weightCopyOf(ctx, p, m.rows * m.cols);
+  };
+  const void *aCopy = copyOf(g.a, sa), *bCopy = bPacked ? g.bPackedBf16 : copyOf(g.b, sb);
+  const int64_t aPackElems = aCopy ? 0 : sa.packedElems(), bPackElems = bCopy ? 0 : sb.packedElems();
+  if (ctx.mode == ComputeMode::BF16 && g.scratch && size_t(plan::bf16PackBytes(aPackElems, bPackElems)) <= g.scratchBytes) {
+    auto *scratch = static_cast<__nv_bfloat16 *>(g.scratch);
+    auto *pa = aCopy ? static_cast<__nv_bfloat16 *>(const_cast<void *>(aCopy)) : scratch;
+    auto *pb = bCopy ? static_cast<__nv_bfloat16 *>(const_cast<void *>(bCopy)) : scratch + align128(aPackElems);
+    if (aCopy) {
+      if (!bCopy) ctx.packedA = {}; // B is packed over the scratch's last packed A
+    } else if (reusable(ctx, g.a, sa, pa)) {
       ++ctx.packsReused;
     } else {
-      if (auto e = packBf16(ctx, pa, g.a, sa)) return e;
+      if (auto e = packBf16(ctx.stream, pa, g.a, sa)) return e;
       ctx.packedA = {g.a, pa, sa.rows, sa.cols, sa.ld, sa.stride, sa.batch, ctx.packEpoch};
     }
-    if (!bPacked)
-      if (auto e = packBf16(ctx, pb, g.b, sb)) return e;
+    if (!bCopy)
+      if (auto e = packBf16(ctx.stream, pb, g.b, sb)) return e;
     op.lda = sa.cols, op.strideA = sa.stride == 0 ? 0 : sa.rows * sa.cols;
     op.ldb = sb.cols, op.strideB = sb.stride == 0 ? 0 : sb.rows * sb.cols;
     a = pa, b = pb;
@@ -443,8 +467,26 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   return llvm::Error::success();
 }
 
+static std::atomic<uint64_t> copyReads{0};
+
+uint64_t weightCopyReads() { return copyReads.load(); }
+
+const void *weightCopyOf(const GpuContext &ctx, const float *p, int64_t elems) {
+  if (ctx.mode != ComputeMode::BF16 || !p || elems <= 0) return nullptr;
+  for (const GpuContext::WeightCopy &c : ctx.weightCopies)
+    if (c.src && p >= c.src && elems <= c.elems && p - c.src <= c.elems - elems) {
+      ++copyReads;
+      return static_cast<const __nv_bfloat16 *>(c.copy) + (p - c.src);
+    }
+  return nullptr;
+}
+
 llvm::Error ltPackBf16(GpuContext &ctx, void *dst, const float *src, int64_t elems) {
-  return packBf16(ctx, static_cast<__nv_bfloat16 *>(dst), src, Stored{1, elems, elems, 0, 1});
+  return packBf16(ctx.stream, static_cast<__nv_bfloat16 *>(dst), src, Stored{1, elems, elems, 0, 1});
+}
+
+llvm::Error packBf16On(cudaStream_t stream, void *dst, const float *src, int64_t elems) {
+  return packBf16(stream, static_cast<__nv_bfloat16 *>(dst), src, Stored{1, elems, elems, 0, 1});
 }
 
 } // namespace megac::cuda

@@ -51,6 +51,8 @@ struct LtGemm {
   // the rate.
   void *scratch = nullptr;
   size_t scratchBytes = 0;
+  // BF16 mode: an operand stored without padding inside a weight slot is
+  // read from the slot's bf16 copy (GpuContext::weightCopies), not packed.
   // BF16 mode, optional: B already packed to bf16 by ltPackBf16 (one matrix,
   // stored rows x cols with ldb == cols, strideB 0 or batch 1), for a B that
   // several products share. ltMatmul then packs only A, in
@@ -67,6 +69,14 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &g);
 // dst[0, elems) = bf16(src[0, elems)) on ctx.stream, rounded as ltMatmul
 // packs its operands; dst holds plan::bf16PackBytes(elems, 0) bytes.
 llvm::Error ltPackBf16(GpuContext &ctx, void *dst, const float *src, int64_t elems);
+// The same on `stream` (the trainer's copies of the weight slots, on the H2D stream).
+llvm::Error packBf16On(cudaStream_t stream, void *dst, const float *src, int64_t elems);
+
+// bf16 mode: the bf16 copy of fp32 [p, p + elems) where it lies inside one of
+// ctx.weightCopies, else nullptr. Each copy found is counted (weightCopyReads).
+const void *weightCopyOf(const GpuContext &ctx, const float *p, int64_t elems);
+// Operands read from a weight slot's bf16 copy so far, in this process (tests read it).
+uint64_t weightCopyReads();
 
 // The cuBLASLt compute type a mode stands for.
 cublasComputeType_t ltComputeType(ComputeMode mode);

@@ -661,6 +661,17 @@ private:
     const int64_t slotBytes = largestUnitWeightBytes(p_, /*streamedOnly=*/true), gradBytes = largestUnitWeightBytes(p_);
     for (int k = 0; k < K_; ++k)
       if (auto e = require(DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last, "the largest streamed unit's weights")) return e;
+    if (const int64_t copyBytes = s_.weight_copy_bytes(); copyBytes != 0) {
+      // The runtime packs a unit's weights into the copy beside its slot and the products read them there.
+      if (p_.compute() != "bf16")
+        return violation("malformed plan", "bf16 weight copies in a plan whose compute is '" + p_.compute() + "'");
+      if (copyBytes < weightCopyBytes(slotBytes))
+        return violation("region size", "bf16 weight copies of " + llvm::Twine(copyBytes) + " bytes cannot hold weight slots of " +
+                                            llvm::Twine(slotBytes));
+      for (int k = 0; k < K_; ++k)
+        if (auto e = require(DeviceRegion::WEIGHT_COPY, k, copyBytes, 0, last, "the bf16 copy of weight slot " + std::to_string(k)))
+          return e;
+    }
     for (int g = 0; g < G_; ++g)
       if (auto e = require(DeviceRegion::GRAD_SLOT, g, gradBytes, 0, last, "the largest unit's gradients")) return e;
     if (s_.pinned_staging_bytes() < int64_t(G_) * gradBytes)

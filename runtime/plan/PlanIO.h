@@ -18,9 +18,10 @@ namespace megac::plan {
 // its header would start like a headerless plan); 10: checkpoint offload;
 // 11: attention gradients that read their operands from the stash
 // (runtime/plan/AttentionStash.h: a megac before it would read bytes the
-// arena gave to others). readPlan reads formats 4 (an absolute model path,
-// no hash) to 7, 9 and 10 too.
-inline constexpr uint32_t kFormatVersion = 11;
+// arena gave to others); 12: bf16 copies of the weight slots
+// (StreamSchedule.weight_copy_bytes). readPlan reads formats 4 (an absolute
+// model path, no hash) to 7 and 9 to 11 too.
+inline constexpr uint32_t kFormatVersion = 12;
 inline constexpr const char *kMegacVersion = "0.1";
 
 // A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the

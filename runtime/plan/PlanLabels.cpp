@@ -18,6 +18,7 @@ const char *deviceCategoryName(DeviceRegion::Kind k) {
   case DeviceRegion::RESIDENT: return "resident units";
   case DeviceRegion::MOMENT_SLOT: return "moment slots";
   case DeviceRegion::LOADED_CHECKPOINT: return "checkpoints back";
+  case DeviceRegion::WEIGHT_COPY: return "weight copies";
   default: return "unknown";
   }
 }

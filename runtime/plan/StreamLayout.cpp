@@ -344,6 +344,7 @@ const char *regionKindName(DeviceRegion::Kind k) {
   case DeviceRegion::RESIDENT: return "RESIDENT";
   case DeviceRegion::MOMENT_SLOT: return "MOMENT_SLOT";
   case DeviceRegion::LOADED_CHECKPOINT: return "LOADED_CHECKPOINT";
+  case DeviceRegion::WEIGHT_COPY: return "WEIGHT_COPY";
   default: return "UNKNOWN_REGION";
   }
 }

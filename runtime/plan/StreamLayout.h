@@ -30,6 +30,12 @@ WeightLayout unitWeightLayout(const Plan &p, int unitIndex);
 // not resident; 0 if none), of each weight slot.
 int64_t largestUnitWeightBytes(const Plan &p, bool streamedOnly = false);
 
+// The bf16 copy of a weight slot of `slotBytes` (a WEIGHT_COPY region, where
+// StreamSchedule.weight_copy_bytes says there are copies): fp32 element i of
+// the slot at byte 2 i, so each parameter's copy starts at half its slot
+// offset (128-byte aligned).
+inline int64_t weightCopyBytes(int64_t slotBytes) { return ((slotBytes / 2 + 255) / 256) * 256; }
+
 // Whether a unit can be resident (its AdamW on the GPU): it has parameters and
 // shares none with another unit (tied weights sum their gradients on the host).
 bool canBeResident(const Plan &p, int unitIndex);

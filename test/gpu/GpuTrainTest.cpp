@@ -4,6 +4,7 @@
 #include "../unit/TokenWeightedStep.h"
 #include "driver/Compile.h"
 #include "runtime/cuda/CudnnAttention.h"
+#include "runtime/cuda/LtMatmul.h"
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
@@ -300,6 +301,83 @@ TEST(GpuTrainFusedAttention, StashedOperandsGiveTheKeptOperandsGradientsBitForBi
 }
 
 } // namespace
+
+// bf16 copies of the weight slots (--bf16-weight-copies): the products read
+// each streamed unit's weights from the copy its PREFETCH packed, with the
+// rounding their own packing used: 3 steps give the plan without copies'
+// losses and state bit for bit. Also where the first streamed unit steps on
+// the GPU (its slot's weights change after its backward, and its next
+// PREFETCH packs them again) and in a pass of 2 micro-batches.
+TEST(GpuWeightCopies, TrainAsThePlanWithoutThemBitForBit) {
+  for (int gpuAdamw = 0; gpuAdamw < 2; ++gpuAdamw) {
+    SCOPED_TRACE(gpuAdamw ? "1 unit's AdamW on the GPU, a pass of 2 micro-batches" : "every unit's AdamW on the host");
+    std::vector<double> losses[2];
+    runtime::HostState state[2];
+    uint64_t reads[2] = {0, 0};
+    for (int copies = 0; copies < 2; ++copies) {
+      codegen::CodegenOptions co;
+      co.compute = "bf16";
+      co.schedule.residentUnits = 0;
+      co.schedule.gpuAdamwUnits = gpuAdamw;
+      co.schedule.microBatches = gpuAdamw ? 2 : 1;
+      co.schedule.bf16WeightCopies = copies == 1;
+      co.optimizer.set_grad_accum(gpuAdamw ? 2 : 1);
+      plan::Plan p = compileFixtureWith("llama", 16, co);
+      ASSERT_EQ(p.schedule().weight_copy_bytes() > 0, copies == 1);
+      const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), gpuAdamw ? 2 : 1);
+      auto gpu = gpuTrainer(p);
+      ASSERT_TRUE(gpu);
+      const uint64_t before = cuda::weightCopyReads();
+      for (int s = 0; s < 3; ++s) {
+        auto st = gpu->step(mbs, 1e-2f);
+        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+        losses[copies].push_back(st->loss);
+      }
+      reads[copies] = cuda::weightCopyReads() - before;
+      state[copies] = gpu->currentState();
+    }
+    EXPECT_EQ(reads[0], 0u);
+    EXPECT_GT(reads[1], 0u);
+    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
+    EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
+    EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
+    EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+  }
+}
+
+// The host's AdamW UPDATEs in an order other than the gradients' arrival
+// (codegen/UpdateOrderPolicy.h), the waiting gradients in more grad and
+// staging slots, steps overlapping: 3 steps give the arrival-order plan's
+// losses and state bit for bit (fp32; gpt2's tied embedding and head too).
+TEST(GpuHostUpdateOrder, TrainsAsArrivalOrderBitForBit) {
+  for (const char *model : {"llama", "gpt2"}) {
+    SCOPED_TRACE(model);
+    std::vector<double> losses[2];
+    runtime::HostState state[2];
+    for (int ordered = 0; ordered < 2; ++ordered) {
+      codegen::CodegenOptions co;
+      co.compute = "fp32";
+      co.schedule.residentUnits = 0;
+      co.schedule.gpuAdamwUnits = 0;
+      if (ordered) co.schedule.hostUpdateOrder = {3, 1, 0, 2}, co.schedule.gradSlots = 3;
+      plan::Plan p = compileFixtureWith(model, 16, co);
+      ASSERT_TRUE(p.schedule().overlap_steps());
+      const auto mbs = fixtureMicroBatches(model, p.ignore_index(), 1);
+      auto gpu = gpuTrainer(p);
+      ASSERT_TRUE(gpu);
+      for (int s = 0; s < 3; ++s) {
+        auto st = gpu->step(mbs, 1e-2f);
+        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+        losses[ordered].push_back(st->loss);
+      }
+      state[ordered] = gpu->currentState();
+    }
+    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
+    EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
+    EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
+    EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+  }
+}
 
 // Micro-batches counting different numbers of targets: the CUDA runtime's
 // step weighs them by their counts, as the CPU backend does (TokenWeightedStep.h).

@@ -188,7 +188,7 @@ TEST(PlanReport, Schedule) {
   ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
   ASSERT_TRUE(r->hasSchedule);
   const plan::ScheduleReport &s = r->schedule;
-  ASSERT_EQ(s.device.size(), 12u); // every DeviceRegion::Kind
+  ASSERT_EQ(s.device.size(), 13u); // every DeviceRegion::Kind
   auto category = [&](plan::DeviceRegion::Kind k) { return s.device[size_t(k)]; };
   EXPECT_EQ(category(plan::DeviceRegion::WEIGHT_SLOT).footprintBytes, 2048);
   EXPECT_EQ(category(plan::DeviceRegion::WEIGHT_SLOT).regions, 2);

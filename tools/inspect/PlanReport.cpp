@@ -287,8 +287,11 @@ static void printHostWithSchedule(llvm::raw_ostream &os, const MemoryReport &m, 
 static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
   os << "\nGPU memory (one allocation; " << s.weightSlots << " weight slots, " << s.gradSlots << " grad slots):\n";
   for (const DeviceCategory &c : s.device) {
-    // Only where AdamW runs on the GPU for streamed units, and where checkpoints are offloaded.
-    if ((c.kind == DeviceRegion::MOMENT_SLOT || c.kind == DeviceRegion::LOADED_CHECKPOINT) && c.regions == 0) continue;
+    // Only where AdamW runs on the GPU for streamed units, where checkpoints are offloaded and where slots have bf16 copies.
+    if ((c.kind == DeviceRegion::MOMENT_SLOT || c.kind == DeviceRegion::LOADED_CHECKPOINT ||
+         c.kind == DeviceRegion::WEIGHT_COPY) &&
+        c.regions == 0)
+      continue;
     std::string label = std::string(deviceCategoryName(c.kind)) + ":";
     os << "  " << llvm::left_justify(label, 19);
     printBytes(os, c.footprintBytes);
