@@ -301,9 +301,8 @@ public:
       if (order[i] >= 0 && order[i] < p.units_size()) rank_[size_t(order[i])] = int(i);
   }
 
-  // The slot unit u's BACKWARD writes.
-  int slotFor(int u, Emit emit) {
-    (void)u;
+  // The slot the next unit's BACKWARD writes.
+  int nextSlot(Emit emit) {
     for (;;) {
       int best = -1;
       for (int k = 0; k < int(held_.size()); ++k)
@@ -494,8 +493,9 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   std::vector<int> backwardOrder(forwardOrder.rbegin(), forwardOrder.rend());
   ab.inBackward = true;
   HostUpdates updates(p, o.hostUpdateOrder, G);
+  auto hostUpdate = [&](int unit, int slot) { ab.hostUpdate(unit, slot); };
   issue(backwardOrder, [&](size_t, int u) {
-    const int g = updates.slotFor(u, [&](int unit, int slot) { ab.hostUpdate(unit, slot); });
+    const int g = updates.nextSlot(hostUpdate);
     for (int m = 0; m < M; ++m) {
       // A checkpoint comes back while the BACKWARD before its first reader
       // runs, once the compute stream's work before it is done.
@@ -513,9 +513,9 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
         if (c.mb == m && readsActivation(p.units(u), c.activation)) s.mutable_actions(bw)->add_waits(c.event + 3);
       ++computePos;
     }
-    updates.offloaded(u, g, [&](int unit, int slot) { ab.hostUpdate(unit, slot); });
+    updates.offloaded(u, g, hostUpdate);
   });
-  updates.finish([&](int unit, int slot) { ab.hostUpdate(unit, slot); });
+  updates.finish(hostUpdate);
   const int last = s.actions_size() - 1;
 
   // Regions with their lifetimes (action indices, inclusive).
