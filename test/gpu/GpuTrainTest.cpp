@@ -25,6 +25,16 @@ using namespace megac::testing;
 
 namespace {
 
+// Two runs' losses and AdamW state (weights, m, v), bit for bit.
+void expectSameRuns(const std::vector<double> losses[2], const runtime::HostState state[2]) {
+  ASSERT_EQ(losses[1].size(), losses[0].size());
+  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
+  EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
+  EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
+  EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+}
+
+
 struct ModeCase {
   const char *fixture;
   const char *compute;
@@ -338,10 +348,7 @@ TEST(GpuWeightCopies, TrainAsThePlanWithoutThemBitForBit) {
     }
     EXPECT_EQ(reads[0], 0u);
     EXPECT_GT(reads[1], 0u);
-    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
-    EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
-    EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
-    EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+    expectSameRuns(losses, state);
   }
 }
 
@@ -372,10 +379,7 @@ TEST(GpuHostUpdateOrder, TrainsAsArrivalOrderBitForBit) {
       }
       state[ordered] = gpu->currentState();
     }
-    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
-    EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
-    EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
-    EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+    expectSameRuns(losses, state);
   }
 }
 
@@ -420,10 +424,7 @@ TEST(GpuOverlappingSteps, GiveTheStepsApartNumbersBitForBit) {
       state[overlap] = gpu->currentState();
     }
     ASSERT_EQ(losses[0].size(), losses[1].size());
-    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
-    EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
-    EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
-    EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+    expectSameRuns(losses, state);
     EXPECT_EQ(state[1].step, state[0].step);
   }
 }
@@ -467,10 +468,7 @@ TEST(GpuLayerMajor, OnePassGivesThePassesNumbers) {
     }
     ASSERT_EQ(losses[0].size(), losses[1].size());
     if (v.exact) {
-      for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
-      EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
-      EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
-      EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+      expectSameRuns(losses, state);
       continue;
     }
     for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5) << "loss " << i;
@@ -510,10 +508,7 @@ TEST(GpuCheckpointOffload, GivesThePlanWithoutItsNumbers) {
       losses[offload].push_back(*l);
       state[offload] = gpu->currentState();
     }
-    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
-    EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
-    EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
-    EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
+    expectSameRuns(losses, state);
   }
 }
 
