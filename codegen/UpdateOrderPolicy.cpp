@@ -1,6 +1,7 @@
 #include "codegen/UpdateOrderPolicy.h"
 
 #include "codegen/Budget.h"
+#include "codegen/CountPolicy.h"
 #include "runtime/plan/StreamLayout.h"
 
 #include <algorithm>
@@ -83,24 +84,17 @@ llvm::Error applyUpdateOrderPolicy(plan::Plan &p, ScheduleOptions &o) {
   const std::vector<int> order = earliestNeededFirst(p, *free);
   if (order.size() < 3 || std::is_sorted(order.rbegin(), order.rend())) return buildStreamSchedule(p, o); // arrival order
   tried.hostUpdateOrder = order;
-  std::vector<std::pair<int, double>> fits; // (grad slots, predicted step)
-  for (int slots : counts) {
-    tried.gradSlots = slots;
-    if (auto e = buildStreamSchedule(p, tried)) return e;
-    auto pred = plan::predictStep(p, o.profile);
-    if (!pred) return pred.takeError();
-    fits.push_back({slots, pred->stepSeconds});
-  }
-  double fastest = std::numeric_limits<double>::infinity();
-  for (auto [slots, step] : fits) fastest = std::min(fastest, step);
-  for (auto [slots, step] : fits)
-    if (step <= fastest * 1.005) {
-      if (step > base->stepSeconds * 0.99) break; // not worth the slots
-      o.hostUpdateOrder = order;
-      o.gradSlots = slots;
-      return buildStreamSchedule(p, o);
-    }
-  return buildStreamSchedule(p, o); // arrival order, as before
+  // The fewest slots within 0.5% of the fastest, as the count policies choose.
+  auto pick = fewestNearFastest(p, tried, int(counts.size()) - 1, [&](int n) { tried.gradSlots = counts[size_t(n)]; });
+  if (!pick) return pick.takeError();
+  tried.gradSlots = counts[size_t(*pick)];
+  if (auto e = buildStreamSchedule(p, tried)) return e;
+  auto chosen = plan::predictStep(p, o.profile);
+  if (!chosen) return chosen.takeError();
+  if (chosen->stepSeconds > base->stepSeconds * 0.99) return buildStreamSchedule(p, o); // not worth the slots
+  o.hostUpdateOrder = order;
+  o.gradSlots = tried.gradSlots;
+  return llvm::Error::success(); // built with these
 }
 
 } // namespace megac::codegen

@@ -291,6 +291,8 @@ llvm::Expected<bool> runChunk(GpuContext &ctx, const LtGemm &g, const void *a, c
 struct Stored {
   int64_t rows, cols, ld, stride, batch;
   int64_t packedElems() const { return (stride == 0 ? 1 : batch) * rows * cols; }
+  // One matrix stored without padding (a caller's packed B, a weight slot's copy).
+  bool onePacked() const { return ld == cols && (stride == 0 || batch == 1); }
 };
 
 Stored storedA(const LtGemm &g) {
@@ -410,10 +412,10 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
   bool bf16 = false;
   const Stored sa = storedA(g), sb = storedB(g);
   // A caller's packed B: one matrix stored without padding.
-  const bool bPacked = g.bPackedBf16 && sb.ld == sb.cols && (sb.stride == 0 || sb.batch == 1);
+  const bool bPacked = g.bPackedBf16 && sb.onePacked();
   // Operands in a weight slot: its bf16 copy (one matrix stored without padding).
   auto copyOf = [&](const float *p, const Stored &m) -> const void * {
-    if (ctx.mode != ComputeMode::BF16 || m.ld != m.cols || (m.stride != 0 && m.batch != 1)) return nullptr;
+    if (ctx.mode != ComputeMode::BF16 || !m.onePacked()) return nullptr;
     return weightCopyOf(ctx, p, m.rows * m.cols);
   };
   const void *aCopy = copyOf(g.a, sa), *bCopy = bPacked ? g.bPackedBf16 : copyOf(g.b, sb);
@@ -482,7 +484,7 @@ const void *weightCopyOf(const GpuContext &ctx, const float *p, int64_t elems) {
 }
 
 llvm::Error ltPackBf16(GpuContext &ctx, void *dst, const float *src, int64_t elems) {
-  return packBf16(ctx.stream, static_cast<__nv_bfloat16 *>(dst), src, Stored{1, elems, elems, 0, 1});
+  return packBf16On(ctx.stream, dst, src, elems);
 }
 
 llvm::Error packBf16On(cudaStream_t stream, void *dst, const float *src, int64_t elems) {
