@@ -32,7 +32,8 @@ llvm::Error checkHostBudget(const plan::Plan &p, int64_t hostBudgetBytes) {
              bytesText(hostBudgetBytes) + ": fp32 master weights " + llvm::Twine(h->masterWeights) +
              ", AdamW moments " + llvm::Twine(h->adamMoments) + ", step gradients " + llvm::Twine(h->gradients) +
              ", pinned staging " + llvm::Twine(h->pinnedStaging) +
-             (h->pinnedCheckpoints ? ", offloaded checkpoints " + std::to_string(h->pinnedCheckpoints) : std::string()) + " bytes");
+             (h->pinnedCheckpoints ? ", offloaded checkpoints " + std::to_string(h->pinnedCheckpoints) : std::string()) +
+             (h->bf16Weights ? ", bf16 weights to stream " + std::to_string(h->bf16Weights) : std::string()) + " bytes");
 }
 
 bool fitsHostBudget(const plan::Plan &p, int64_t hostBudgetBytes) {

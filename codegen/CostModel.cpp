@@ -2,6 +2,7 @@
 
 #include "runtime/cpu/NormAttentionShapes.h"
 #include "runtime/plan/ArenaRules.h"
+#include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
@@ -304,13 +305,23 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     for (int32_t q : p_.units(u).parameters()) updatedBy[size_t(q)] = std::min(updatedBy[size_t(q)], int32_t(u));
   // Transfers move a unit's slot layout (fp32, each parameter 256-aligned)
   // as one copy; gradients use the same layout.
-  std::vector<int64_t> unitWeightBytes, unitUpdateParams;
+  // A PREFETCH moves 2 bytes, not 4, of each weight that streams as bf16,
+  // and the host's AdamW writes those 2 bytes beside the 28 it moves per
+  // parameter (counted as that much more of its update).
+  std::vector<int64_t> unitWeightBytes, unitPrefetchBytes, unitUpdateParams;
+  std::vector<double> unitHostUpdateWork; // parameters, those with a bf16 copy as 30/28 of one
   for (int u = 0; u < p_.units_size(); ++u) {
     int64_t updates = 0;
+    double work = 0;
     for (int32_t q : p_.units(u).parameters())
-      if (updatedBy[size_t(q)] == u) updates += p_.parameters(q).numel();
+      if (updatedBy[size_t(q)] == u) {
+        updates += p_.parameters(q).numel();
+        work += double(p_.parameters(q).numel()) * (p_.parameters(q).streams_bf16() ? 30.0 / 28.0 : 1.0);
+      }
     unitWeightBytes.push_back(unitWeightLayout(p_, u).bytes);
+    unitPrefetchBytes.push_back(prefetchBytes(p_, u));
     unitUpdateParams.push_back(updates);
+    unitHostUpdateWork.push_back(work);
   }
   // (template, backward + 2 x keeps activations + 4 x reads its weights' bf16 copies)
   std::map<std::pair<int, int>, ProgramWork> programs;
@@ -325,7 +336,8 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     case StreamAction::FETCH_MOMENTS:
     case StreamAction::WRITEBACK:
       w.transfer = true;
-      t.transferBytes = unitWeightBytes[size_t(unit)] * transferCopies(a.kind());
+      t.transferBytes = a.kind() == StreamAction::PREFETCH ? unitPrefetchBytes[size_t(unit)]
+                                                           : unitWeightBytes[size_t(unit)] * transferCopies(a.kind());
       w.amount = double(t.transferBytes);
       (a.stream() == StreamAction::H2D ? out.h2dBytes : out.d2hBytes) += t.transferBytes;
       if (a.kind() == StreamAction::PREFETCH && s_.weight_copy_bytes() > 0) {
@@ -380,7 +392,7 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
         t.memoryBytes = 28.0 * double(t.parameters);
         w.amount = t.memoryBytes / r_.hbmBytesPerS;
       } else {
-        w.amount = double(t.parameters) / r_.adamwParamsPerS;
+        w.amount = unitHostUpdateWork[size_t(unit)] / r_.adamwParamsPerS;
       }
       break;
     default: return err("schedule action of unknown kind " + llvm::Twine(int(a.kind())));

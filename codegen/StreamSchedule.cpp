@@ -1,6 +1,7 @@
 #include "codegen/StreamSchedule.h"
 
 #include "codegen/MemoryPlan.h"
+#include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -525,10 +526,13 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   s.set_grad_slot_bytes(gradSlotBytes);
   s.set_pinned_staging_bytes(int64_t(G) * gradSlotBytes);
   for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last);
-  if (o.bf16WeightCopies && p.compute() == "bf16" && slotBytes > 0) {
+  if ((o.bf16WeightCopies || o.bf16WeightStream) && p.compute() == "bf16" && slotBytes > 0) {
     s.set_weight_copy_bytes(plan::weightCopyBytes(slotBytes));
     for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_COPY, k, s.weight_copy_bytes(), 0, last);
   }
+  // Weights streamed as bf16: every parameter that may (runtime/plan/Bf16Weights.h).
+  for (int i = 0; i < p.parameters_size(); ++i)
+    p.mutable_parameters(i)->set_streams_bf16(o.bf16WeightStream && plan::whyNotBf16Stream(p, i).empty());
   for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, gradSlotBytes, 0, last);
   if (plan::anyAdamwOnGpu(p))
     for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::MOMENT_SLOT, k, plan::momentSlotBytes(p), 0, last);

@@ -39,6 +39,12 @@ struct ScheduleOptions {
   // products read its weights as bf16 instead of packing them each time
   // (plan.proto's StreamSchedule.weight_copy_bytes). No effect in other plans.
   bool bf16WeightCopies = false;
+  // --bf16-weight-stream (off by default): in bf16 plans, the parameters that
+  // only products read, of units that stream and step on the host, cross PCIe
+  // as bf16, which the host's AdamW writes beside the masters (2 more host
+  // bytes a parameter; plan.proto's Parameter.streams_bf16). Implies the
+  // weight copies above.
+  bool bf16WeightStream = false;
   // The order of the host's AdamW UPDATEs, as units (codegen/UpdateOrderPolicy.h):
   // each waits, its gradients held in their staging slot, until the units
   // before it have had theirs. Empty: in the order the gradients arrive.

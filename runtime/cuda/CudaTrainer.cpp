@@ -177,7 +177,7 @@ private:
   // The micro-batch's check (copies its records back): success, or the
   // NonFiniteError naming the first bad unit and the units updated before it.
   llvm::Error checkNonFinite();
-  bool paramsPinned_ = false, momentsPinned_ = false;
+  bool paramsPinned_ = false, momentsPinned_ = false, bf16Pinned_ = false;
   std::map<std::tuple<int, int, int>, const plan::DeviceRegion *> regions_; // (kind, index, micro-batch)
   std::vector<cudaEvent_t> events_;
   std::vector<bool> cpuRecorded_; // recorded by an UPDATE
@@ -224,6 +224,7 @@ CudaTrainer::~CudaTrainer() {
   for (cudaEvent_t e : timing_) cudaEventDestroy(e);
   if (passStart_) cudaEventDestroy(passStart_);
   if (paramsPinned_) cudaHostUnregister(state_.params.data());
+  if (bf16Pinned_) cudaHostUnregister(bf16Weights_.data());
   if (momentsPinned_) {
     cudaHostUnregister(state_.m.data());
     cudaHostUnregister(state_.v.data());
@@ -488,6 +489,12 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
     MEGAC_CUDA_TRY(cudaHostRegister(state_.params.data(), state_.params.size() * 4, cudaHostRegisterDefault));
     paramsPinned_ = true;
   }
+  // Weights streamed as bf16: their host copies, pinned, copied into the slots' bf16 copies.
+  if (!bf16Weights_.empty()) {
+    if (s.weight_copy_bytes() <= 0) return err("the plan streams weights as bf16 but has no bf16 weight copies");
+    MEGAC_CUDA_TRY(cudaHostRegister(bf16Weights_.data(), bf16Weights_.size() * 2, cudaHostRegisterDefault));
+    bf16Pinned_ = true;
+  }
   // Units whose AdamW runs on the GPU while they stream copy their moments both ways.
   if (plan::anyAdamwOnGpu(plan_) && !state_.m.empty()) {
     MEGAC_CUDA_TRY(cudaHostRegister(state_.m.data(), state_.m.size() * 4, cudaHostRegisterDefault));
@@ -604,7 +611,7 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
       if (!job.stepWhenSummed || (p.units_size() > 1 && !lastShare(pid, p))) continue;
       const size_t off = size_t(p.host_offset());
       segments.push_back({state_.params.data() + off, sum, state_.m.data() + off, state_.v.data() + off, p.numel(),
-                          p.decay()});
+                          p.decay(), bf16Of(pid)});
       continue;
     }
     if (p.units_size() > 1) {
@@ -619,7 +626,7 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
     } else {
       size_t off = size_t(p.host_offset());
       segments.push_back({state_.params.data() + off, g, state_.m.data() + off, state_.v.data() + off, p.numel(),
-                          p.decay()});
+                          p.decay(), bf16Of(pid)});
     }
   }
   if (!segments.empty())
@@ -816,6 +823,7 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
     if (auto e = copyResident(true)) return e;
     hostNewer_ = false;
   }
+  if (bf16Stale_) refreshBf16Weights(); // state() drained the host's AdamW
   {
     // An earlier step's host AdamW that failed (overlapping steps) fails this one.
     std::lock_guard<std::mutex> l(mu_);
@@ -877,26 +885,37 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
     case plan::StreamAction::PREFETCH: {
       uint8_t *slot = region(plan::DeviceRegion::WEIGHT_SLOT, a.weight_slot(), lay.bytes, e);
       if (e) return e;
-      if (hostBlock_[size_t(a.unit())] >= 0) {
+      uint8_t *copy = nullptr;
+      if (s.weight_copy_bytes() > 0) {
+        copy = region(plan::DeviceRegion::WEIGHT_COPY, a.weight_slot(), lay.bytes / 2, e);
+        if (e) return e;
+      }
+      // Weights that stream as bf16 come as the host's bf16 copies, into the slot's copy.
+      const bool anyBf16 = plan::unitBf16Elements(plan_, a.unit()) > 0;
+      if (hostBlock_[size_t(a.unit())] >= 0 && !anyBf16) {
         MEGAC_CUDA_TRY(cudaMemcpyAsync(slot, state_.params.data() + hostBlock_[size_t(a.unit())], size_t(lay.bytes),
                                        cudaMemcpyHostToDevice, st));
       } else {
         for (int k = 0; k < unit.parameters_size(); ++k) {
           const plan::Parameter &p = plan_.parameters(unit.parameters(k));
-          MEGAC_CUDA_TRY(cudaMemcpyAsync(slot + lay.offsets[size_t(k)], state_.params.data() + p.host_offset(),
-                                         size_t(p.numel()) * 4, cudaMemcpyHostToDevice, st));
+          if (const uint16_t *b = bf16Of(unit.parameters(k)); b && copy)
+            MEGAC_CUDA_TRY(cudaMemcpyAsync(copy + lay.offsets[size_t(k)] / 2, b, size_t(p.numel()) * 2,
+                                           cudaMemcpyHostToDevice, st));
+          else
+            MEGAC_CUDA_TRY(cudaMemcpyAsync(slot + lay.offsets[size_t(k)], state_.params.data() + p.host_offset(),
+                                           size_t(p.numel()) * 4, cudaMemcpyHostToDevice, st));
         }
       }
-      // The slot's bf16 copy, parameter by parameter (the padding between them is never written).
-      if (s.weight_copy_bytes() > 0) {
-        uint8_t *copy = region(plan::DeviceRegion::WEIGHT_COPY, a.weight_slot(), lay.bytes / 2, e);
-        if (e) return e;
-        for (int k = 0; k < unit.parameters_size(); ++k)
-          if (auto e2 = packBf16On(st, copy + lay.offsets[size_t(k)] / 2,
-                                   reinterpret_cast<const float *>(slot + lay.offsets[size_t(k)]),
-                                   plan_.parameters(unit.parameters(k)).numel()))
-            return e2;
-      }
+      // The slot's bf16 copy, parameter by parameter (the padding between
+      // them is never written); a weight that came as bf16 the other way,
+      // into the fp32 slot, for any reader that packs it again.
+      if (copy)
+        for (int k = 0; k < unit.parameters_size(); ++k) {
+          float *w = reinterpret_cast<float *>(slot + lay.offsets[size_t(k)]);
+          uint8_t *c = copy + lay.offsets[size_t(k)] / 2;
+          const int64_t n = plan_.parameters(unit.parameters(k)).numel();
+          if (auto e2 = bf16Of(unit.parameters(k)) ? unpackBf16On(st, w, c, n) : packBf16On(st, c, w, n)) return e2;
+        }
       break;
     }
     case plan::StreamAction::FORWARD:

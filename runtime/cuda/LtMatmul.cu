@@ -334,6 +334,20 @@ __global__ void packBf16LinearKernel(uint2 *dst, const float4 *src, int64_t tota
   }
 }
 
+// dst[i] = float(src[i]), four at a time where both are aligned for it.
+__global__ void unpackBf16Kernel(float *dst, const __nv_bfloat16 *src, int64_t total) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total; e += int64_t(gridDim.x) * blockDim.x)
+    dst[e] = __bfloat162float(src[e]);
+}
+__global__ void unpackBf16x4Kernel(float4 *dst, const uint2 *src, int64_t total4) {
+  for (int64_t e = int64_t(blockIdx.x) * blockDim.x + threadIdx.x; e < total4; e += int64_t(gridDim.x) * blockDim.x) {
+    const uint2 v = src[e];
+    const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v.x)),
+                 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162 *>(&v.y));
+    dst[e] = make_float4(lo.x, lo.y, hi.x, hi.y);
+  }
+}
+
 // The bf16 mode packs every product's operands to bf16; where it cannot, the
 // product runs on the fp32 operands under FAST_16BF, where rounding to bf16
 // is cuBLASLt's choice, at about half the rate: said once per shape.
@@ -489,6 +503,17 @@ llvm::Error ltPackBf16(GpuContext &ctx, void *dst, const float *src, int64_t ele
 
 llvm::Error packBf16On(cudaStream_t stream, void *dst, const float *src, int64_t elems) {
   return packBf16(stream, static_cast<__nv_bfloat16 *>(dst), src, Stored{1, elems, elems, 0, 1});
+}
+
+llvm::Error unpackBf16On(cudaStream_t stream, float *dst, const void *src, int64_t elems) {
+  if (elems <= 0) return llvm::Error::success();
+  if (elems % 4 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0 && reinterpret_cast<uintptr_t>(src) % 8 == 0)
+    unpackBf16x4Kernel<<<gridFor(elems / 4), 256, 0, stream>>>(reinterpret_cast<float4 *>(dst),
+                                                                 static_cast<const uint2 *>(src), elems / 4);
+  else
+    unpackBf16Kernel<<<gridFor(elems), 256, 0, stream>>>(dst, static_cast<const __nv_bfloat16 *>(src), elems);
+  MEGAC_CUDA_LAUNCHED();
+  return llvm::Error::success();
 }
 
 } // namespace megac::cuda

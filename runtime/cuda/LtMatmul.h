@@ -71,6 +71,8 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &g);
 llvm::Error ltPackBf16(GpuContext &ctx, void *dst, const float *src, int64_t elems);
 // The same on `stream` (the trainer's copies of the weight slots, on the H2D stream).
 llvm::Error packBf16On(cudaStream_t stream, void *dst, const float *src, int64_t elems);
+// The other way, on `stream`: dst[i] = float(src[i]) (bf16, exact), for i < elems.
+llvm::Error unpackBf16On(cudaStream_t stream, float *dst, const void *src, int64_t elems);
 
 // bf16 mode: the bf16 copy of fp32 [p, p + elems) where it lies inside one of
 // ctx.weightCopies, else nullptr. Each copy found is counted (weightCopyReads).

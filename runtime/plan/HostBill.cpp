@@ -1,5 +1,6 @@
 #include "runtime/plan/HostBill.h"
 
+#include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/StreamLayout.h"
 
 namespace megac::plan {
@@ -39,6 +40,7 @@ llvm::Expected<HostBill> hostBill(const Plan &p) {
   h.gradients = stepKeepsGradients(p) ? 4 * parameters : 0;
   h.pinnedStaging = p.schedule().pinned_staging_bytes();
   h.pinnedCheckpoints = p.schedule().pinned_checkpoint_bytes();
+  h.bf16Weights = 2 * bf16WeightLayout(p).elements;
   return h;
 }
 

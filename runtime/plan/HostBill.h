@@ -12,15 +12,17 @@
 namespace megac::plan {
 
 // fp32 master weights, AdamW m and v, the step's gradients where it keeps
-// them, the pinned staging, the offloaded checkpoints, and on the CPU stream
+// them, the pinned staging, the offloaded checkpoints, the bf16 copies of the
+// weights that stream as bf16 (pinned), and on the CPU stream
 // executor the plan's GPU memory, simulated in host memory (the runtime's
 // part: 0 here).
 struct HostBill {
-  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0, pinnedCheckpoints = 0, simulatedDevice = 0;
+  int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0, pinnedCheckpoints = 0, bf16Weights = 0,
+          simulatedDevice = 0;
   // Saturating: an unchecked plan's sizes may be anything (the bill is read before the checker runs).
   int64_t total() const {
     int64_t t = 0;
-    for (int64_t part : {masterWeights, adamMoments, gradients, pinnedStaging, pinnedCheckpoints, simulatedDevice})
+    for (int64_t part : {masterWeights, adamMoments, gradients, pinnedStaging, pinnedCheckpoints, bf16Weights, simulatedDevice})
       if (__builtin_add_overflow(t, part, &t)) return INT64_MAX;
     return t;
   }

@@ -2,6 +2,7 @@
 
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/AttentionStash.h"
+#include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -817,6 +818,12 @@ llvm::Error checkPlan(const Plan &p) {
       if (auto e = checkArena(prog, what)) return e;
     }
   }
+  // Weights streamed as bf16: only where products alone read them (another
+  // reader would silently see rounded weights) and the plan can stream them.
+  for (int i = 0; i < p.parameters_size(); ++i)
+    if (p.parameters(i).streams_bf16())
+      if (std::string why = whyNotBf16Stream(p, i); !why.empty())
+        return violation("bf16 weight stream", "parameter '" + p.parameters(i).name() + "' streams as bf16, but " + why);
   if (!p.has_schedule()) return llvm::Error::success();
   return ScheduleChecker(p).run();
 }

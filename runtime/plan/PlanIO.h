@@ -19,9 +19,10 @@ namespace megac::plan {
 // 11: attention gradients that read their operands from the stash
 // (runtime/plan/AttentionStash.h: a megac before it would read bytes the
 // arena gave to others); 12: bf16 copies of the weight slots
-// (StreamSchedule.weight_copy_bytes). readPlan reads formats 4 (an absolute
-// model path, no hash) to 7 and 9 to 11 too.
-inline constexpr uint32_t kFormatVersion = 12;
+// (StreamSchedule.weight_copy_bytes); 13: weights streamed as bf16
+// (Parameter.streams_bf16). readPlan reads formats 4 (an absolute model path,
+// no hash) to 7 and 9 to 12 too.
+inline constexpr uint32_t kFormatVersion = 13;
 inline constexpr const char *kMegacVersion = "0.1";
 
 // A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the

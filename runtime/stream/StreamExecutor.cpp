@@ -1,5 +1,6 @@
 #include "runtime/stream/StreamExecutor.h"
 
+#include "runtime/core/DType.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
@@ -113,6 +114,8 @@ private:
   // One host array's slice of unit u (its parameters at their host offsets)
   // to or from `dev`, where the unit's slot layout starts.
   void copyUnit(int u, std::vector<float> &host, uint8_t *dev, bool toDevice);
+  // A PREFETCH's weights that stream as bf16 (runtime/plan/Bf16Weights.h), into unit u's slot.
+  llvm::Error streamBf16(int i, int u, uint8_t *slot);
   // An activation's bytes: its DATA or CHECKPOINT region, the fill that
   // wrote it; for a BACKWARD (`backward`) an offloaded checkpoint's
   // LOADED_CHECKPOINT region.
@@ -369,6 +372,28 @@ void StreamExecutor::copyUnit(int u, std::vector<float> &host, uint8_t *dev, boo
   }
 }
 
+// The weights that stream as bf16 arrive as their host bf16 copies, which
+// must be the masters' rounding (each host AdamW step of theirs wrote it);
+// the GPU unpacks them into the fp32 slot, as here.
+llvm::Error StreamExecutor::streamBf16(int i, int u, uint8_t *slot) {
+  const plan::Unit &unit = plan_.units(u);
+  for (int k = 0; k < unit.parameters_size(); ++k) {
+    const int32_t id = unit.parameters(k);
+    const uint16_t *b = bf16Of(id);
+    if (!b) continue;
+    const plan::Parameter &p = plan_.parameters(id);
+    const float *master = state_.params.data() + p.host_offset();
+    auto *d = reinterpret_cast<float *>(slot + layouts_[size_t(u)].offsets[size_t(k)]);
+    for (int64_t e = 0; e < p.numel(); ++e) {
+      if (b[e] != floatToBf16(master[e]) && !(std::isnan(master[e]) && std::isnan(bf16ToFloat(b[e]))))
+        return err("schedule: " + actionText(i) + " streams parameter '" + p.name() + "' as bf16, and its host bf16 copy " +
+                   "is not its master's rounding (element " + llvm::Twine(e) + "): a step of it did not write the copy");
+      d[e] = bf16ToFloat(b[e]);
+    }
+  }
+  return llvm::Error::success();
+}
+
 void StreamExecutor::copyResident(bool toDevice) {
   for (int u = 0; u < plan_.units_size(); ++u) {
     if (!plan_.units(u).resident()) continue;
@@ -464,6 +489,7 @@ llvm::Error StreamExecutor::prefetch(int i, const plan::StreamAction &a) {
   auto slot = region(plan::DeviceRegion::WEIGHT_SLOT, k, lay.bytes, &off);
   if (!slot) return slot.takeError();
   copyUnit(u, state_.params, *slot, /*toDevice=*/true);
+  if (auto e = streamBf16(i, u, *slot)) return e;
   weightSlot_[size_t(k)] = fill(i, u, off, lay.bytes, shadow_, "weight slot " + std::to_string(k) + " (unit '" + unit.name() + "')");
   return llvm::Error::success();
 }
@@ -886,6 +912,7 @@ llvm::Error StreamExecutor::runPass(const std::vector<std::pair<Tensor, Tensor>>
     copyResident(true);
     hostNewer_ = false;
   }
+  if (bf16Stale_) refreshBf16Weights();
   // The micro-batches' data, before any action (a forward-only pass given
   // fewer: the last one's again).
   for (int mb = 0; mb < M_; ++mb) {

@@ -1,5 +1,6 @@
 #include "runtime/train/AdamW.h"
 
+#include "runtime/core/DType.h"
 #include "runtime/cpu/Kernel.h"
 
 #include <immintrin.h>
@@ -37,6 +38,12 @@ inline void one(float &p, float grad, float &m, float &v, const Coefficients &k)
   p = std::fma(-k.stepSize, mi / den, p * k.decay);
 }
 
+// The same, and the new weight's bf16 rounding where `bf16` is given.
+inline void one(float &p, float grad, float &m, float &v, const Coefficients &k, uint16_t *bf16) {
+  one(p, grad, m, v, k);
+  if (bf16) *bf16 = floatToBf16(p);
+}
+
 // The update reads and writes 28 bytes per parameter and computes little: it
 // runs at the host's memory bandwidth. Non-temporal stores for p, m and v
 // (written once, read again only by the next step or the H2D copy) skip the
@@ -48,11 +55,21 @@ inline void one(float &p, float grad, float &m, float &v, const Coefficients &k)
 // GCC 12 flags the _mm512_undefined_ps() inside its own _mm512_sqrt_ps.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+// floatToBf16 on 16 lanes: round to nearest even; NaN to 0x7fc0.
+__attribute__((target("avx512f"))) inline __m256i bf16Avx512(__m512 p) {
+  const __m512i bits = _mm512_castps_si512(p);
+  const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(bits, _mm512_add_epi32(odd, _mm512_set1_epi32(0x7fff))), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(p, p, _CMP_UNORD_Q), _mm512_set1_epi32(0x7fc0));
+  return _mm512_cvtepi32_epi16(r);
+}
+
 __attribute__((target("avx512f"))) void updateAvx512(float *__restrict param, const float *__restrict grad,
                                                      float *__restrict m, float *__restrict v, int64_t n,
-                                                     const Coefficients &k) {
+                                                     const Coefficients &k, uint16_t *__restrict bf16) {
   int64_t i = 0;
-  for (; i < n && (reinterpret_cast<uintptr_t>(param + i) & 63) != 0; ++i) one(param[i], grad[i], m[i], v[i], k);
+  for (; i < n && (reinterpret_cast<uintptr_t>(param + i) & 63) != 0; ++i)
+    one(param[i], grad[i], m[i], v[i], k, bf16 ? bf16 + i : nullptr);
   const bool mAligned = (reinterpret_cast<uintptr_t>(m + i) & 63) == 0;
   const bool vAligned = (reinterpret_cast<uintptr_t>(v + i) & 63) == 0;
   const __m512 b1 = _mm512_set1_ps(k.b1), c1 = _mm512_set1_ps(k.c1), b2 = _mm512_set1_ps(k.b2),
@@ -70,24 +87,29 @@ __attribute__((target("avx512f"))) void updateAvx512(float *__restrict param, co
     if (vAligned) _mm512_stream_ps(v + i, vi);
     else _mm512_storeu_ps(v + i, vi);
     _mm512_stream_ps(param + i, p);
+    if (bf16) _mm256_storeu_si256(reinterpret_cast<__m256i *>(bf16 + i), bf16Avx512(p));
   }
-  for (; i < n; ++i) one(param[i], grad[i], m[i], v[i], k);
+  for (; i < n; ++i) one(param[i], grad[i], m[i], v[i], k, bf16 ? bf16 + i : nullptr);
   _mm_sfence(); // the streamed stores are visible before the caller signals that the update is done
 }
 #pragma GCC diagnostic pop
 
-void updateScalar(float *param, const float *grad, float *m, float *v, int64_t n, const Coefficients &k) {
-  for (int64_t i = 0; i < n; ++i) one(param[i], grad[i], m[i], v[i], k);
+void updateScalar(float *param, const float *grad, float *m, float *v, int64_t n, const Coefficients &k,
+                  uint16_t *bf16) {
+  for (int64_t i = 0; i < n; ++i) one(param[i], grad[i], m[i], v[i], k, bf16 ? bf16 + i : nullptr);
 }
 
-// The same loop, vectorized by the compiler for AVX2 (plain stores).
+// The same loop, vectorized by the compiler for AVX2 (plain stores); the
+// bf16 rounding after it, over the weights just written (still in cache).
 __attribute__((target("avx2,fma"))) void updateAvx2(float *__restrict param, const float *__restrict grad,
                                                    float *__restrict m, float *__restrict v, int64_t n,
-                                                   const Coefficients &k) {
+                                                   const Coefficients &k, uint16_t *__restrict bf16) {
   for (int64_t i = 0; i < n; ++i) one(param[i], grad[i], m[i], v[i], k);
+  if (bf16)
+    for (int64_t i = 0; i < n; ++i) bf16[i] = floatToBf16(param[i]);
 }
 
-using UpdateFn = void (*)(float *, const float *, float *, float *, int64_t, const Coefficients &);
+using UpdateFn = void (*)(float *, const float *, float *, float *, int64_t, const Coefficients &, uint16_t *);
 
 UpdateFn updateFor(AdamWIsa isa) {
   switch (isa) {
@@ -117,14 +139,14 @@ AdamWIsa adamwBestIsa() {
 }
 
 void adamwUpdateIsa(AdamWIsa isa, float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
-                    const AdamWHyper &h, bool decay, float gradScale) {
-  updateFor(isa)(param, grad, m, v, n, adamwCoefficients(step, h, decay, gradScale));
+                    const AdamWHyper &h, bool decay, float gradScale, uint16_t *bf16) {
+  updateFor(isa)(param, grad, m, v, n, adamwCoefficients(step, h, decay, gradScale), bf16);
 }
 
 void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, const AdamWHyper &h,
-                 bool decay, float gradScale) {
+                 bool decay, float gradScale, uint16_t *bf16) {
   static const UpdateFn update = updateFor(adamwBestIsa());
-  update(param, grad, m, v, n, adamwCoefficients(step, h, decay, gradScale));
+  update(param, grad, m, v, n, adamwCoefficients(step, h, decay, gradScale), bf16);
 }
 
 namespace {
@@ -150,9 +172,9 @@ void forChunks(int64_t total, int threads, const std::function<void(int64_t, int
 } // namespace
 
 void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
-                         const AdamWHyper &h, bool decay, float gradScale) {
+                         const AdamWHyper &h, bool decay, float gradScale, uint16_t *bf16) {
   forChunks(n, cpu::numThreads(), [&](int64_t b, int64_t e) {
-    adamwUpdate(param + b, grad + b, m + b, v + b, e - b, step, h, decay, gradScale);
+    adamwUpdate(param + b, grad + b, m + b, v + b, e - b, step, h, decay, gradScale, bf16 ? bf16 + b : nullptr);
   });
 }
 
@@ -166,7 +188,7 @@ void adamwUpdateSegments(const std::vector<AdamWSegment> &segments, int64_t step
       int64_t lo = std::max(b, at), hi = std::min(e, at + s.n);
       if (lo < hi)
         adamwUpdate(s.param + (lo - at), s.grad + (lo - at), s.m + (lo - at), s.v + (lo - at), hi - lo, step, h,
-                    s.decay, gradScale);
+                    s.decay, gradScale, s.bf16 ? s.bf16 + (lo - at) : nullptr);
       at += s.n;
     }
   });

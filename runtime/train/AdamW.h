@@ -26,9 +26,12 @@ struct AdamWCoefficients {
 AdamWCoefficients adamwCoefficients(int64_t step, const AdamWHyper &h, bool decay, float gradScale = 1.0f);
 
 // One step t >= 1 over n elements. `gradScale` multiplies the gradient first
-// (clipping, averaging of accumulated micro-batches).
+// (clipping, averaging of accumulated micro-batches). With `bf16`, each new
+// weight's bf16 rounding (to nearest even, as floatToBf16 and the GPU's
+// packing) is written there too (weights streamed as bf16,
+// runtime/plan/Bf16Weights.h): 2 bytes beside the 28 the update moves.
 void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, const AdamWHyper &h,
-                 bool decay, float gradScale = 1.0f);
+                 bool decay, float gradScale = 1.0f, uint16_t *bf16 = nullptr);
 
 // The instruction-set paths of adamwUpdate (it takes the best one the CPU has):
 // all round identically; the tests run each against the scalar one.
@@ -36,11 +39,11 @@ enum class AdamWIsa { Scalar, Avx2, Avx512 };
 bool adamwIsaSupported(AdamWIsa isa);
 AdamWIsa adamwBestIsa();
 void adamwUpdateIsa(AdamWIsa isa, float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
-                    const AdamWHyper &h, bool decay, float gradScale = 1.0f);
+                    const AdamWHyper &h, bool decay, float gradScale = 1.0f, uint16_t *bf16 = nullptr);
 
 // The same, split over the kernel threads.
 void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step,
-                         const AdamWHyper &h, bool decay, float gradScale = 1.0f);
+                         const AdamWHyper &h, bool decay, float gradScale = 1.0f, uint16_t *bf16 = nullptr);
 
 // A stretch of one parameter for adamwUpdateSegments.
 struct AdamWSegment {
@@ -49,6 +52,7 @@ struct AdamWSegment {
   float *m, *v;
   int64_t n;
   bool decay;
+  uint16_t *bf16 = nullptr; // the new weights' bf16 rounding goes here too, where given
 };
 
 // Updates all segments (e.g. one unit's parameters) with one even split of

@@ -70,6 +70,7 @@ llvm::Error checkHostMemory(const plan::Plan &plan, const HostMemory &mem, int64
   if (bill->pinnedStaging) os << ", pinned gradient staging " << gib(bill->pinnedStaging);
   if (bill->pinnedCheckpoints)
     os << ", offloaded checkpoints " << gib(bill->pinnedCheckpoints) << " (--offload-checkpoints; they grow with batch x seq)";
+  if (bill->bf16Weights) os << ", bf16 weights to stream " << gib(bill->bf16Weights) << " (--bf16-weight-stream)";
   if (bill->simulatedDevice)
     os << ", the plan's GPU memory simulated by the CPU backend " << gib(bill->simulatedDevice)
        << " (--cpu-direct runs without it; a smaller --gpu-mem or --resident-units 0 shrinks it)";

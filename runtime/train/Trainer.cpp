@@ -4,7 +4,9 @@
 #include "runtime/train/PlanCompute.h"
 #include "runtime/train/NonFinite.h"
 
+#include "runtime/core/DType.h"
 #include "runtime/cpu/Gemm.h"
+#include "runtime/cpu/Kernel.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
@@ -56,15 +58,19 @@ llvm::Error Trainer::initHostState(int64_t simulatedDeviceBytes) {
   for (const plan::Parameter &p : plan_.parameters())
     hostElements_ = std::max(hostElements_, p.host_offset() + (p.numel() + 63) / 64 * 64);
   if (auto e = checkHostMemory(plan_, readHostMemory(), simulatedDeviceBytes)) return e;
+  bf16Layout_ = plan::bf16WeightLayout(plan_);
   try {
     state_.params.assign(size_t(hostElements_), 0.0f);
     state_.m.assign(size_t(hostElements_), 0.0f);
     state_.v.assign(size_t(hostElements_), 0.0f);
+    bf16Weights_.assign(size_t(bf16Layout_.elements), 0);
   } catch (const std::bad_alloc &) {
     state_ = {};
-    return err("cannot allocate the host state: " + llvm::Twine(hostElements_ * 12) +
-               " bytes of fp32 master weights and AdamW moments");
+    bf16Weights_ = {};
+    return err("cannot allocate the host state: " + llvm::Twine(hostElements_ * 12 + bf16Layout_.elements * 2) +
+               " bytes of fp32 master weights, AdamW moments and bf16 weights to stream");
   }
+  bf16Stale_ = true;
   const plan::Optimizer &o = plan_.optimizer();
   hyper_ = {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
   injectNan_ = nanInjectionFromEnvironment();
@@ -80,15 +86,27 @@ Tensor Trainer::paramTensor(int32_t id) const {
 
 void Trainer::updateParam(int32_t id, const float *grad, float lr, float gradScale, int64_t step) {
   const size_t off = size_t(plan_.parameters(id).host_offset());
-  updateParamAt(id, state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, lr, gradScale, step);
+  updateParamAt(id, state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, lr, gradScale, step,
+                bf16Of(id));
 }
 
 void Trainer::updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr,
-                            float gradScale, int64_t step) {
+                            float gradScale, int64_t step, uint16_t *bf16) {
   const plan::Parameter &p = plan_.parameters(id);
   AdamWHyper h = hyper_;
   h.lr = lr;
-  adamwUpdateParallel(param, grad, m, v, p.numel(), step < 0 ? state_.step : step, h, p.decay(), gradScale);
+  adamwUpdateParallel(param, grad, m, v, p.numel(), step < 0 ? state_.step : step, h, p.decay(), gradScale, bf16);
+}
+
+void Trainer::refreshBf16Weights() {
+  bf16Stale_ = false;
+  for (int i = 0; i < plan_.parameters_size(); ++i)
+    if (uint16_t *dst = bf16Of(i)) {
+      const float *src = state_.params.data() + plan_.parameters(i).host_offset();
+      cpu::parallelFor(plan_.parameters(i).numel(), 4, [&](int64_t b, int64_t e) {
+        for (int64_t k = b; k < e; ++k) dst[k] = floatToBf16(src[k]);
+      });
+    }
 }
 
 void Trainer::updateOrAccumulate(int32_t id, const float *grad, float lr, std::vector<int> &pending,

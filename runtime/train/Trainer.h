@@ -10,6 +10,7 @@
 // The CPU backend by default runs the plan's streaming schedule instead
 // (runtime/stream/StreamExecutor.h); the CUDA runtime is runtime/cuda.
 #include "runtime/ProgramRunner.h"
+#include "runtime/plan/Bf16Weights.h"
 #include "runtime/train/AdamW.h"
 #include "runtime/train/NonFinite.h"
 
@@ -73,6 +74,7 @@ public:
   // as possibly written by the caller before its next step.
   HostState &state() {
     syncHostState(/*callerWrites=*/true);
+    bf16Stale_ = true;
     return state_;
   }
   // The same, to read only (a checkpoint): nothing goes back before the next step.
@@ -145,8 +147,9 @@ protected:
   // AdamW runs on beside the next one passes its own).
   void updateParam(int32_t id, const float *grad, float lr, float gradScale, int64_t step = -1);
   // The same AdamW step on arrays of the parameter's elsewhere (a resident unit's copies).
+  // `bf16`: the weights' bf16 copy, written beside them (updateParam passes the host's).
   void updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr, float gradScale,
-                     int64_t step = -1);
+                     int64_t step = -1, uint16_t *bf16 = nullptr);
   // AdamW on parameter `id` from one unit's gradient: at once, or for a
   // parameter several units use (tied weights) summed in partial[id] until
   // the last of pending[id] contributions arrives.
@@ -190,6 +193,20 @@ protected:
   plan::Plan plan_;
   HostState state_;
   int64_t hostElements_ = 0;
+  // Weights streamed as bf16 (runtime/plan/Bf16Weights.h): the host's bf16
+  // copies, at bf16Layout_'s offsets. Every host AdamW step of such a
+  // parameter writes its copy (updateParam, adamwUpdateSegments' bf16);
+  // refreshBf16Weights rounds them all from the masters, which a step does
+  // first where the caller may have written the masters (state(): loaded
+  // weights, a resumed checkpoint).
+  plan::Bf16WeightLayout bf16Layout_;
+  std::vector<uint16_t> bf16Weights_;
+  bool bf16Stale_ = true;
+  uint16_t *bf16Of(int32_t param) {
+    const int64_t off = bf16Layout_.empty() ? -1 : bf16Layout_.offsets[size_t(param)];
+    return off < 0 ? nullptr : bf16Weights_.data() + off;
+  }
+  void refreshBf16Weights();
   int32_t lossId_ = -1; // the LOSS activation
   AdamWHyper hyper_;
   bool emulateCompute_ = false;

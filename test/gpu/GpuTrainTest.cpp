@@ -352,6 +352,48 @@ TEST(GpuWeightCopies, TrainAsThePlanWithoutThemBitForBit) {
   }
 }
 
+// Weights streamed as bf16 (--bf16-weight-stream, runtime/plan/Bf16Weights.h):
+// the host's AdamW writes their bf16 rounding, the PREFETCHes copy that into
+// the slots' bf16 copies and unpack it into the fp32 slots; the products read
+// the same bf16 values as the plan with weight copies alone, so 3 steps give
+// its losses and state bit for bit. Tied gpt2 too; where the first streamed
+// unit steps on the GPU (its weights come in fp32) in a pass of 2
+// micro-batches; and after the caller wrote the masters (state()), which
+// rounds the copies again.
+TEST(GpuBf16WeightStream, TrainsAsTheWeightCopiesPlanBitForBit) {
+  for (const char *model : {"llama", "gpt2"})
+    for (int gpuAdamw = 0; gpuAdamw < 2; ++gpuAdamw) {
+      SCOPED_TRACE(std::string(model) + (gpuAdamw ? ", 1 unit's AdamW on the GPU, a pass of 2 micro-batches" : ""));
+      std::vector<double> losses[2];
+      runtime::HostState state[2];
+      for (int stream = 0; stream < 2; ++stream) {
+        codegen::CodegenOptions co;
+        co.compute = "bf16";
+        co.schedule.residentUnits = 0;
+        co.schedule.gpuAdamwUnits = gpuAdamw;
+        co.schedule.microBatches = gpuAdamw ? 2 : 1;
+        co.schedule.bf16WeightCopies = true;
+        co.schedule.bf16WeightStream = stream == 1;
+        co.optimizer.set_grad_accum(gpuAdamw ? 2 : 1);
+        plan::Plan p = compileFixtureWith(model, 16, co);
+        int64_t streamed = 0;
+        for (const plan::Parameter &q : p.parameters()) streamed += q.streams_bf16();
+        ASSERT_EQ(streamed > 0, stream == 1);
+        const auto mbs = fixtureMicroBatches(model, p.ignore_index(), gpuAdamw ? 2 : 1);
+        auto gpu = gpuTrainer(p);
+        ASSERT_TRUE(gpu);
+        for (int s = 0; s < 3; ++s) {
+          auto st = gpu->step(mbs, 1e-2f);
+          ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+          losses[stream].push_back(st->loss);
+          if (s == 0) gpu->state(); // as a resumed run's loader would
+        }
+        state[stream] = gpu->currentState();
+      }
+      expectSameRuns(losses, state);
+    }
+}
+
 // The host's AdamW UPDATEs in an order other than the gradients' arrival
 // (codegen/UpdateOrderPolicy.h), the waiting gradients in more grad and
 // staging slots, steps overlapping: 3 steps give the arrival-order plan's

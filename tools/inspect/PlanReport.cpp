@@ -2,6 +2,7 @@
 
 #include "runtime/core/DType.h"
 #include "runtime/plan/ArenaRules.h"
+#include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/HostBill.h"
 #include "runtime/plan/PlanLabels.h"
 #include "runtime/plan/StreamLayout.h"
@@ -75,9 +76,12 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
 
   r.pinnedStagingBytes = s.pinned_staging_bytes();
   r.pinnedCheckpointBytes = s.pinned_checkpoint_bytes();
+  r.bf16WeightBytes = 2 * bf16WeightLayout(p).elements;
+  for (const Parameter &q : p.parameters()) r.bf16Parameters += q.streams_bf16() ? q.numel() : 0;
   // Saturating, as above: the host-memory check reads an unchecked plan's staging size here.
   r.hostBytes = 0;
-  for (int64_t part : {m.masterWeightBytes, m.adamMomentBytes, m.gradientBytes, r.pinnedStagingBytes, r.pinnedCheckpointBytes})
+  for (int64_t part : {m.masterWeightBytes, m.adamMomentBytes, m.gradientBytes, r.pinnedStagingBytes, r.pinnedCheckpointBytes,
+                       r.bf16WeightBytes})
     if (__builtin_add_overflow(r.hostBytes, std::max<int64_t>(part, 0), &r.hostBytes)) r.hostBytes = INT64_MAX;
   r.bytesPerParameter = m.parameters > 0 ? double(r.hostBytes) / double(m.parameters) : 0;
 
@@ -99,7 +103,7 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
     if (copies == 0) continue;
     if (a.unit() < 0 || a.unit() >= p.units_size())
       return err("schedule action refers to unit " + llvm::Twine(a.unit()) + ", which does not exist");
-    int64_t bytes = copies * unitWeightLayout(p, a.unit()).bytes;
+    int64_t bytes = a.kind() == StreamAction::PREFETCH ? prefetchBytes(p, a.unit()) : copies * unitWeightLayout(p, a.unit()).bytes;
     (a.stream() == StreamAction::H2D ? r.h2dBytesPerPass : r.d2hBytesPerPass) += bytes;
   }
   r.momentsMove = anyAdamwOnGpu(p);
@@ -270,6 +274,12 @@ static void printHostWithSchedule(llvm::raw_ostream &os, const MemoryReport &m, 
   os << "\n  pinned gradient staging: ";
   printBytes(os, s.pinnedStagingBytes);
   os << " (" << s.gradSlots << " slots)";
+  if (s.bf16WeightBytes > 0) {
+    os << "\n  bf16 weights to stream:  ";
+    printBytes(os, s.bf16WeightBytes);
+    os << " (pinned; " << s.bf16Parameters
+       << " parameters that only matrix products read: the host's AdamW rounds them, the PREFETCHes copy 2 bytes each)";
+  }
   if (s.pinnedCheckpointBytes > 0) {
     os << "\n  offloaded checkpoints:   ";
     printBytes(os, s.pinnedCheckpointBytes);
@@ -313,6 +323,7 @@ static void printMoved(llvm::raw_ostream &os, const MemoryReport &m, const Sched
   os << "):\n";
   os << (s.momentsMove ? "  host to device (weights, AdamW moments):   " : "  host to device (weights):   ");
   printBytes(os, s.h2dBytesPerStep);
+  if (s.bf16WeightBytes > 0) os << " (the weights only products read as bf16)";
   os << (s.momentsMove ? "\n  device to host (gradients, weights, moments): " : "\n  device to host (gradients): ");
   printBytes(os, s.d2hBytesPerStep);
   if (s.checkpointBytesPerPass > 0) {
@@ -611,6 +622,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
     llvm::json::Object *host = root.getObject("host_memory");
     (*host)["pinned_staging"] = bytesJson(sr.pinnedStagingBytes);
     (*host)["pinned_checkpoints"] = bytesJson(sr.pinnedCheckpointBytes);
+    (*host)["bf16_weights"] = bytesJson(sr.bf16WeightBytes);
     (*host)["offloaded_checkpoints"] = sr.offloadedCheckpoints;
     (*host)["offloaded_checkpoint_units"] = sr.offloadedUnits;
     (*host)["total"] = bytesJson(sr.hostBytes);

@@ -90,6 +90,9 @@ struct ScheduleReport {
   int64_t pinnedCheckpointBytes = 0;
   int offloadedCheckpoints = 0, offloadedUnits = 0;
   int64_t checkpointBytesPerPass = 0;
+  // Weights streamed as bf16 (runtime/plan/Bf16Weights.h): the host's bf16
+  // copies (pinned) and the parameter elements they hold.
+  int64_t bf16WeightBytes = 0, bf16Parameters = 0;
   int64_t hostBytes = 0;
   double bytesPerParameter = 0;
   // Bytes each way over PCIe: the schedule's PREFETCHes and OFFLOADs, and

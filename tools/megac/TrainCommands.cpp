@@ -98,6 +98,13 @@ static cl::opt<std::string> Bf16WeightCopies(
              "unit), made once as the unit's weights arrive, so that its products read them as bf16 instead of "
              "converting them each time. off (default): no copies (less GPU memory)"),
     cl::init("off"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> Bf16WeightStream(
+    "bf16-weight-stream",
+    cl::desc("on: in bf16 plans, the weights that only matrix products read (which read them as bf16 anyway) cross "
+             "PCIe as bf16, half the bytes of the weights' copies to the GPU: the host's AdamW writes a bf16 copy "
+             "beside each fp32 master (2 more bytes of pinned host memory a parameter), and the results are the "
+             "same bit for bit. Implies --bf16-weight-copies on. off (default): the weights stream as fp32"),
+    cl::init("off"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> MicroBatchesPerPass(
     "micro-batches-per-pass",
     cl::desc("With --grad-accum N: micro-batches each pass carries through every unit, so that a unit streams in "
@@ -347,6 +354,9 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   if (Bf16WeightCopies != "on" && Bf16WeightCopies != "off")
     return flagError("--bf16-weight-copies must be on or off, not '" + Bf16WeightCopies + "'");
   so.bf16WeightCopies = Bf16WeightCopies == "on";
+  if (Bf16WeightStream != "on" && Bf16WeightStream != "off")
+    return flagError("--bf16-weight-stream must be on or off, not '" + Bf16WeightStream + "'");
+  so.bf16WeightStream = Bf16WeightStream == "on";
   so.profile = profile;
   so.gpuBudgetBytes = profile.usableGpuBytes();
   if (GpuMem.getNumOccurrences()) {
