@@ -27,6 +27,10 @@ struct ScheduleOptions {
   int gradSlots = 2;   // also the number of pinned host staging slots
   int64_t gpuBudgetBytes = plan::MachineProfile().usableGpuBytes(); // --gpu-mem
   int64_t hostBudgetBytes = 0; // --host-mem; 0: not checked
+  // Where --host-mem is not given, the host memory that a policy weighing
+  // host bytes against speed (codegen/WeightStreamPolicy.h) plans within:
+  // the compiling machine's available memory (megac compile sets it); 0: not checked.
+  int64_t autoHostBudgetBytes = 0;
   Recompute recompute = Recompute::All; // --recompute
   int residentUnits = 0;                 // --resident-units: units kept on the GPU, the first ones (-1: auto; codegen/ResidentPolicy.h)
   int gpuAdamwUnits = 0;                 // --gpu-adamw-units: streamed units stepped on the GPU, the first ones (-1: auto; codegen/GpuAdamwPolicy.h)
@@ -45,6 +49,7 @@ struct ScheduleOptions {
   // bytes a parameter; plan.proto's Parameter.streams_bf16). Implies the
   // weight copies above.
   bool bf16WeightStream = false;
+  bool bf16WeightStreamAuto = false; // --bf16-weight-stream auto: compile's policy sets the above (codegen/WeightStreamPolicy.h)
   // The order of the host's AdamW UPDATEs, as units (codegen/UpdateOrderPolicy.h):
   // each waits, its gradients held in their staging slot, until the units
   // before it have had theirs. Empty: in the order the gradients arrive.

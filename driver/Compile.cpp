@@ -8,6 +8,7 @@
 #include "codegen/ResidentPolicy.h"
 #include "codegen/UpdateOrderPolicy.h"
 #include "codegen/WeightSlotsPolicy.h"
+#include "codegen/WeightStreamPolicy.h"
 #include "runtime/plan/PlanChecker.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -55,7 +56,9 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   if (auto e = applyGpuAdamwPolicy(*plan, so)) return std::move(e);
   if (slotsAuto)
     if (auto e = applyWeightSlotsPolicy(*plan, so)) return std::move(e);
+  const ScheduleOptions beforeOrder = so;
   if (auto e = applyUpdateOrderPolicy(*plan, so)) return std::move(e);
+  if (auto e = applyWeightStreamPolicy(*plan, so, beforeOrder)) return std::move(e);
   if (auto e = applyRecomputePolicy(*plan, so)) return std::move(e);
   // Last: auto offloads checkpoints only where the plan is over budget.
   if (auto e = applyCheckpointOffloadPolicy(*plan, so)) return std::move(e);

@@ -12,6 +12,7 @@
 #include "frontend/TensorProto.h"
 #include "passes/AttentionMask.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/train/HostMemory.h"
 #include "runtime/train/TrainLoop.h"
 #include "runtime/weights/WeightFiles.h"
 #include "tools/inspect/PlanTimeline.h"
@@ -103,8 +104,10 @@ static cl::opt<std::string> Bf16WeightStream(
     cl::desc("on: in bf16 plans, the weights that only matrix products read (which read them as bf16 anyway) cross "
              "PCIe as bf16, half the bytes of the weights' copies to the GPU: the host's AdamW writes a bf16 copy "
              "beside each fp32 master (2 more bytes of pinned host memory a parameter), and the results are the "
-             "same bit for bit. Implies --bf16-weight-copies on. off (default): the weights stream as fp32"),
-    cl::init("off"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+             "same bit for bit. Implies --bf16-weight-copies on. auto: on where the cost model predicts a step 1% "
+             "shorter within the GPU budget and --host-mem (else this machine's available memory; the host memory "
+             "it takes may be worth more as grad slots). off (default): the weights stream as fp32"),
+    cl::init("off"), cl::value_desc("auto|on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> MicroBatchesPerPass(
     "micro-batches-per-pass",
     cl::desc("With --grad-accum N: micro-batches each pass carries through every unit, so that a unit streams in "
@@ -354,9 +357,10 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   if (Bf16WeightCopies != "on" && Bf16WeightCopies != "off")
     return flagError("--bf16-weight-copies must be on or off, not '" + Bf16WeightCopies + "'");
   so.bf16WeightCopies = Bf16WeightCopies == "on";
-  if (Bf16WeightStream != "on" && Bf16WeightStream != "off")
-    return flagError("--bf16-weight-stream must be on or off, not '" + Bf16WeightStream + "'");
+  if (Bf16WeightStream != "on" && Bf16WeightStream != "off" && Bf16WeightStream != "auto")
+    return flagError("--bf16-weight-stream must be auto, on or off, not '" + Bf16WeightStream + "'");
   so.bf16WeightStream = Bf16WeightStream == "on";
+  so.bf16WeightStreamAuto = Bf16WeightStream == "auto";
   so.profile = profile;
   so.gpuBudgetBytes = profile.usableGpuBytes();
   if (GpuMem.getNumOccurrences()) {
@@ -366,6 +370,8 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   if (HostMem.getNumOccurrences()) {
     if (!(HostMem > 0) || !(HostMem < 1e9)) return flagError("--host-mem must be a positive number of GiB");
     so.hostBudgetBytes = plan::MachineProfile::gibToBytes(HostMem);
+  } else {
+    so.autoHostBudgetBytes = std::max<int64_t>(runtime::readHostMemory().available(), 0);
   }
   return so;
 }
