@@ -294,22 +294,30 @@ llvm::Error checkHostUpdateOrder(const plan::Plan &p, const std::vector<int> &or
 class HostUpdates {
 public:
   using Emit = llvm::function_ref<void(int unit, int slot)>;
-  HostUpdates(const plan::Plan &p, const std::vector<int> &order, int slots)
-      : p_(p), order_(order), held_(size_t(slots), false), freedAt_(size_t(slots)),
-        rank_(size_t(p.units_size()), INT32_MAX) {
+  HostUpdates(const plan::Plan &p, const std::vector<int> &order, std::vector<int64_t> slotBytes)
+      : p_(p), order_(order), slotBytes_(std::move(slotBytes)), held_(slotBytes_.size(), false),
+        freedAt_(slotBytes_.size()), rank_(size_t(p.units_size()), INT32_MAX) {
+    const int slots = int(slotBytes_.size());
     for (int k = 0; k < slots; ++k) freedAt_[size_t(k)] = k - slots; // unused slots in index order
     for (size_t i = 0; i < order.size(); ++i)
       if (order[i] >= 0 && order[i] < p.units_size()) rank_[size_t(order[i])] = int(i);
   }
 
-  // The slot the next unit's BACKWARD writes.
-  int nextSlot(Emit emit) {
+  // The slot the next unit's BACKWARD writes (`bytes`: its gradients): a
+  // free one that holds them, of the smallest size that does, the one whose
+  // UPDATE was issued first. Where none is free, the waiting UPDATE first in
+  // the order among those holding a slot that would do is issued out of turn.
+  int nextSlot(int64_t bytes, Emit emit) {
     for (;;) {
       int best = -1;
-      for (int k = 0; k < int(held_.size()); ++k)
-        if (!held_[size_t(k)] && (best < 0 || freedAt_[size_t(k)] < freedAt_[size_t(best)])) best = k;
+      for (int k = 0; k < int(held_.size()); ++k) {
+        if (held_[size_t(k)] || slotBytes_[size_t(k)] < bytes) continue;
+        if (best < 0 || slotBytes_[size_t(k)] < slotBytes_[size_t(best)] ||
+            (slotBytes_[size_t(k)] == slotBytes_[size_t(best)] && freedAt_[size_t(k)] < freedAt_[size_t(best)]))
+          best = k;
+      }
       if (best >= 0) return best;
-      issueFirst(emit); // every slot holds gradients waiting for their UPDATE
+      issue(firstInOrder(bytes), emit);
     }
   }
 
@@ -339,14 +347,18 @@ private:
     freedAt_[size_t(w.slot)] = issued_++;
     done_.insert(w.unit);
   }
-  // The waiting unit first in the order (arrival breaks ties: units the order does not name).
-  size_t firstInOrder() const {
-    size_t best = 0;
-    for (size_t i = 1; i < waiting_.size(); ++i)
-      if (rank_[size_t(waiting_[i].unit)] < rank_[size_t(waiting_[best].unit)]) best = i;
-    return best;
+  // The waiting unit first in the order (arrival breaks ties: units the
+  // order does not name) among those whose slot holds `bytes`. The slots too
+  // small for them are never all a unit's: the largest unit's fit every slot
+  // of the largest size.
+  size_t firstInOrder(int64_t bytes = 0) const {
+    size_t best = waiting_.size();
+    for (size_t i = 0; i < waiting_.size(); ++i)
+      if (slotBytes_[size_t(waiting_[i].slot)] >= bytes &&
+          (best == waiting_.size() || rank_[size_t(waiting_[i].unit)] < rank_[size_t(waiting_[best].unit)]))
+        best = i;
+    return best == waiting_.size() ? 0 : best;
   }
-  void issueFirst(Emit emit) { issue(firstInOrder(), emit); }
   // Issues the waiting UPDATEs whose turn it is: in arrival order, all; in a
   // given order, while the next unit of the order is waiting (all, `force`).
   void drain(Emit emit, bool force) {
@@ -369,6 +381,7 @@ private:
 
   const plan::Plan &p_;
   const std::vector<int> &order_;
+  std::vector<int64_t> slotBytes_; // per slot: the gradients' bytes it holds
   std::vector<bool> held_;      // per slot: gradients waiting for their UPDATE
   std::vector<int64_t> freedAt_; // per slot: when its last UPDATE was issued (a counter)
   std::vector<int> rank_;       // per unit: its place in the order
@@ -378,7 +391,29 @@ private:
   int64_t issued_ = 0;
 };
 
+// Grad slots of the largest unit's size where the others are smaller.
+constexpr int kLargeGradSlots = 2;
+
+// The size of the grad slots after the first kLargeGradSlots, or 0 where
+// all are the largest unit's: `asked` > 0, that size; auto (< 0), by
+// autoSmallGradSlotBytes.
+int64_t smallGradSlotBytes(const plan::Plan &p, int G, int64_t asked) {
+  if (G <= kLargeGradSlots || asked == 0) return 0;
+  std::vector<int64_t> bytes;
+  for (int u = 0; u < p.units_size(); ++u) bytes.push_back(plan::unitWeightLayout(p, u).bytes);
+  if (asked > 0) return asked < *std::max_element(bytes.begin(), bytes.end()) ? plan::alignUp(asked) : 0;
+  return autoSmallGradSlotBytes(bytes);
+}
+
 } // namespace
+
+int64_t autoSmallGradSlotBytes(std::vector<int64_t> unitBytes) {
+  if (unitBytes.size() < 3) return 0;
+  std::sort(unitBytes.rbegin(), unitBytes.rend());
+  const int64_t small = unitBytes[2];
+  const int64_t larger = std::count_if(unitBytes.begin(), unitBytes.end(), [&](int64_t b) { return b > small; });
+  return larger * 4 <= int64_t(unitBytes.size()) && small * 4 <= unitBytes.front() * 3 ? small : 0;
+}
 
 llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   const int K = o.weightSlots, G = o.gradSlots, N = p.units_size();
@@ -399,6 +434,12 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   s.Clear();
   s.set_weight_slots(K);
   s.set_grad_slots(G);
+  s.set_grad_slot_bytes(plan::largestUnitWeightBytes(p));
+  const int64_t small = smallGradSlotBytes(p, G, o.smallGradSlotBytes);
+  if (small > 0) {
+    s.set_small_grad_slots(G - kLargeGradSlots);
+    s.set_small_grad_slot_bytes(small);
+  }
   s.set_gpu_budget_bytes(o.gpuBudgetBytes);
   s.set_micro_batches(M);
   // A step that keeps its gradients (--clip, or more than one pass) runs the
@@ -493,10 +534,12 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   });
   std::vector<int> backwardOrder(forwardOrder.rbegin(), forwardOrder.rend());
   ab.inBackward = true;
-  HostUpdates updates(p, o.hostUpdateOrder, G);
+  std::vector<int64_t> gradSlotSizes;
+  for (int g = 0; g < G; ++g) gradSlotSizes.push_back(plan::gradSlotBytes(s, g));
+  HostUpdates updates(p, o.hostUpdateOrder, gradSlotSizes);
   auto hostUpdate = [&](int unit, int slot) { ab.hostUpdate(unit, slot); };
   issue(backwardOrder, [&](size_t, int u) {
-    const int g = updates.nextSlot(hostUpdate);
+    const int g = updates.nextSlot(plan::unitWeightLayout(p, u).bytes, hostUpdate);
     for (int m = 0; m < M; ++m) {
       // A checkpoint comes back while the BACKWARD before its first reader
       // runs, once the compute stream's work before it is done.
@@ -520,11 +563,9 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   const int last = s.actions_size() - 1;
 
   // Regions with their lifetimes (action indices, inclusive).
-  const int64_t slotBytes = plan::largestUnitWeightBytes(p, /*streamedOnly=*/true),
-                gradSlotBytes = plan::largestUnitWeightBytes(p);
+  const int64_t slotBytes = plan::largestUnitWeightBytes(p, /*streamedOnly=*/true);
   s.set_weight_slot_bytes(slotBytes);
-  s.set_grad_slot_bytes(gradSlotBytes);
-  s.set_pinned_staging_bytes(int64_t(G) * gradSlotBytes);
+  s.set_pinned_staging_bytes(plan::stagingOffset(s, G));
   for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::WEIGHT_SLOT, k, slotBytes, 0, last);
   if ((o.bf16WeightCopies || o.bf16WeightStream) && p.compute() == "bf16" && slotBytes > 0) {
     s.set_weight_copy_bytes(plan::weightCopyBytes(slotBytes));
@@ -533,7 +574,7 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   // Weights streamed as bf16: every parameter that may (runtime/plan/Bf16Weights.h).
   for (int i = 0; i < p.parameters_size(); ++i)
     p.mutable_parameters(i)->set_streams_bf16(o.bf16WeightStream && plan::whyNotBf16Stream(p, i).empty());
-  for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, gradSlotBytes, 0, last);
+  for (int g = 0; g < G; ++g) addRegion(s, DeviceRegion::GRAD_SLOT, g, plan::gradSlotBytes(s, g), 0, last);
   if (plan::anyAdamwOnGpu(p))
     for (int k = 0; k < K; ++k) addRegion(s, DeviceRegion::MOMENT_SLOT, k, plan::momentSlotBytes(p), 0, last);
   for (int u = 0; u < N; ++u)

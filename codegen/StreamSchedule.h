@@ -25,6 +25,11 @@ enum class UpdateOrder {
 struct ScheduleOptions {
   int weightSlots = 2; // K >= 2: prefetch runs K-1 units ahead of compute (-1: auto, codegen/WeightSlotsPolicy.h)
   int gradSlots = 2;   // also the number of pinned host staging slots
+  // Past the first two, the grad (and staging) slots' size (plan.proto's
+  // small_grad_slots): -1, auto: the third largest unit's gradients where
+  // one or two units are much larger than the rest; 0: every slot the
+  // largest unit's; > 0: that many bytes.
+  int64_t smallGradSlotBytes = -1;
   int64_t gpuBudgetBytes = plan::MachineProfile().usableGpuBytes(); // --gpu-mem
   int64_t hostBudgetBytes = 0; // --host-mem; 0: not checked
   // Where --host-mem is not given, the host memory that a policy weighing
@@ -67,6 +72,16 @@ struct ScheduleOptions {
   // -1: auto (codegen/CheckpointOffloadPolicy.h; the schedule is built with none).
   int offloadCheckpoints = 0;
 };
+
+// ScheduleOptions.smallGradSlotBytes auto, from every unit's gradient bytes:
+// the third largest, where at most a quarter of the units are larger (an
+// embedding and a head whose vocabulary makes them the largest) and it is at
+// most 3/4 of the largest; else 0 (every grad slot the largest unit's). The
+// slots past the first two then take that much less GPU and pinned host
+// memory, and hold the other units' gradients while they wait for the
+// host's AdamW (the 8B at 8 x 2048: 2.0 GiB slots for the embedding and the
+// head, 0.8 GiB for the layers).
+int64_t autoSmallGradSlotBytes(std::vector<int64_t> unitBytes);
 
 // Fills plan.schedule from the units' resident and keep_activations choices.
 // Needs the programs' arenas (assignArenas first).

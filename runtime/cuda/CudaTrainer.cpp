@@ -161,7 +161,7 @@ private:
   float *lossHost_ = nullptr;
   int M_ = 1; // micro-batches per pass (StreamSchedule.micro_batches)
   double stepLanes_[4] = {0, 0, 0, 0}; // this step's passes' busy seconds per lane
-  uint8_t *staging_ = nullptr; // pinned: grad_slots x grad_slot_bytes
+  uint8_t *staging_ = nullptr; // pinned: every grad slot's bytes (plan::stagingOffset)
   uint8_t *hostCheckpoints_ = nullptr; // pinned: the offloaded checkpoints (pinned_checkpoint_bytes)
   std::set<std::pair<int, int>> loadedCheckpoints_; // (activation, micro-batch) that a LOAD_CHECKPOINT brings back
   // The gradients' NaN/Inf check on the GPU (FiniteCheckKernels.h): per unit
@@ -483,8 +483,7 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
     anyResident_ = true;
   }
   if (s.grad_slots() > 0)
-    MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&staging_),
-                                  size_t(s.grad_slots()) * size_t(s.grad_slot_bytes())));
+    MEGAC_CUDA_TRY(cudaMallocHost(reinterpret_cast<void **>(&staging_), size_t(plan::stagingOffset(s, s.grad_slots()))));
   if (!state_.params.empty()) {
     MEGAC_CUDA_TRY(cudaHostRegister(state_.params.data(), state_.params.size() * 4, cudaHostRegisterDefault));
     paramsPinned_ = true;
@@ -583,7 +582,7 @@ void CudaTrainer::optimizerLoop() {
 void CudaTrainer::runUpdate(const UpdateJob &job) {
   const plan::Unit &unit = plan_.units(job.unit);
   const plan::WeightLayout &lay = layouts_[size_t(job.unit)];
-  const uint8_t *base = staging_ + size_t(job.slot) * size_t(sched_->grad_slot_bytes());
+  const uint8_t *base = staging_ + size_t(plan::stagingOffset(*sched_, job.slot));
   // The GPU checked the gradients of this unit and of every unit before it
   // in the step's backward order (FiniteCheckKernels.h); the OFFLOAD brought
   // the verdict along. Verdicts only grow along the step, and the jobs run in
@@ -1004,7 +1003,7 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
       uint8_t *gslot = region(plan::DeviceRegion::GRAD_SLOT, a.grad_slot(), lay.bytes, e);
       if (e) return e;
       if (a.grad_slot() < 0 || a.grad_slot() >= s.grad_slots()) return err("OFFLOAD to a staging slot that does not exist");
-      MEGAC_CUDA_TRY(cudaMemcpyAsync(staging_ + size_t(a.grad_slot()) * size_t(s.grad_slot_bytes()), gslot,
+      MEGAC_CUDA_TRY(cudaMemcpyAsync(staging_ + size_t(plan::stagingOffset(s, a.grad_slot())), gslot,
                                      size_t(lay.bytes), cudaMemcpyDeviceToHost, st));
       if (checkFinite_) // the verdict on this unit's gradients and every earlier unit's, beside them
         MEGAC_CUDA_TRY(cudaMemcpyAsync(poisonHost_ + a.grad_slot(), verdictDev_ + a.grad_slot(), 4,

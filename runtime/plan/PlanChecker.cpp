@@ -190,6 +190,11 @@ private:
     if (s_.overlap_steps() && stepKeepsGradients(p_))
       return violation("malformed plan", "the steps overlap, but a step keeps its gradients until its end (clip, or more than one pass)");
     if (K_ < 1 || G_ < 1) return violation("malformed plan", "the schedule has " + llvm::Twine(K_) + " weight slots and " + llvm::Twine(G_) + " grad slots");
+    if (s_.small_grad_slots() < 0 || s_.small_grad_slots() >= G_ ||
+        (s_.small_grad_slots() > 0 && (s_.small_grad_slot_bytes() <= 0 || s_.small_grad_slot_bytes() >= s_.grad_slot_bytes())))
+      return violation("malformed plan", "the schedule has " + llvm::Twine(s_.small_grad_slots()) + " small grad slots of " +
+                                             llvm::Twine(s_.small_grad_slot_bytes()) + " bytes beside " + llvm::Twine(G_) +
+                                             " grad slots of " + llvm::Twine(s_.grad_slot_bytes()));
     for (int i = 0; i < s_.events_size(); ++i) eventId_[s_.events(i)] = i;
     moments_ = anyAdamwOnGpu(p_);
     std::vector<char> kinds{'w', 'g', 's'};
@@ -266,6 +271,11 @@ private:
         return violation("malformed plan", actionText(i) + " has weight slot " + llvm::Twine(a.weight_slot()) + " (of " + llvm::Twine(K_) + ")");
       if (usesGrads != (a.grad_slot() >= 0) || a.grad_slot() >= G_)
         return violation("malformed plan", actionText(i) + " has grad slot " + llvm::Twine(a.grad_slot()) + " (of " + llvm::Twine(G_) + ")");
+      if (usesGrads && a.unit() >= 0 && a.unit() < p_.units_size() &&
+          gradSlotBytes(s_, a.grad_slot()) < unitWeightLayout(p_, a.unit()).bytes)
+        return violation("region size", actionText(i) + ": grad slot " + llvm::Twine(a.grad_slot()) + " holds " +
+                                            llvm::Twine(gradSlotBytes(s_, a.grad_slot())) + " bytes, the unit's gradients " +
+                                            llvm::Twine(unitWeightLayout(p_, a.unit()).bytes));
       const bool compute = a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD || isCheckpointCopy(a.kind());
       if (a.micro_batch() < 0 || a.micro_batch() >= (compute ? M_ : 1))
         return violation("malformed plan", "action " + llvm::Twine(i) + " has micro-batch " + llvm::Twine(a.micro_batch()) + " (the pass carries " +
@@ -673,10 +683,16 @@ private:
         if (auto e = require(DeviceRegion::WEIGHT_COPY, k, copyBytes, 0, last, "the bf16 copy of weight slot " + std::to_string(k)))
           return e;
     }
+    if (s_.grad_slot_bytes() < gradBytes)
+      return violation("region size", "grad slots of " + llvm::Twine(s_.grad_slot_bytes()) + " bytes cannot hold the largest unit's gradients (" +
+                                          llvm::Twine(gradBytes) + ")");
     for (int g = 0; g < G_; ++g)
-      if (auto e = require(DeviceRegion::GRAD_SLOT, g, gradBytes, 0, last, "the largest unit's gradients")) return e;
-    if (s_.pinned_staging_bytes() < int64_t(G_) * gradBytes)
-      return violation("region size", "pinned staging of " + llvm::Twine(s_.pinned_staging_bytes()) + " bytes cannot hold " + llvm::Twine(G_) + " slots of " + llvm::Twine(gradBytes));
+      if (auto e = require(DeviceRegion::GRAD_SLOT, g, gradSlotBytes(s_, g), 0, last,
+                           g < G_ - s_.small_grad_slots() ? "the largest unit's gradients" : "a small grad slot"))
+        return e;
+    if (s_.pinned_staging_bytes() < stagingOffset(s_, G_))
+      return violation("region size", "pinned staging of " + llvm::Twine(s_.pinned_staging_bytes()) + " bytes cannot hold its " +
+                                          llvm::Twine(G_) + " slots (" + llvm::Twine(stagingOffset(s_, G_)) + " bytes)");
     for (int a = 0; a < p_.activations_size(); ++a) {
       const Activation &act = p_.activations(a);
       const int64_t bytes = typeBytes(act.type());

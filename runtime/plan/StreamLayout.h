@@ -29,6 +29,19 @@ WeightLayout unitWeightLayout(const Plan &p, int unitIndex);
 // gradients pass through one) and, over the units that stream (`streamedOnly`:
 // not resident; 0 if none), of each weight slot.
 int64_t largestUnitWeightBytes(const Plan &p, bool streamedOnly = false);
+// Grad slot g's bytes, its GRAD_SLOT region's and its pinned staging slot's
+// (StreamSchedule.small_grad_slots: the last ones may be smaller).
+inline int64_t gradSlotBytes(const StreamSchedule &s, int g) {
+  return s.small_grad_slots() > 0 && g >= s.grad_slots() - s.small_grad_slots() ? s.small_grad_slot_bytes()
+                                                                               : s.grad_slot_bytes();
+}
+// Where staging slot g starts in the pinned staging (the slots in order);
+// stagingOffset(s, grad_slots) is the bytes of them all.
+inline int64_t stagingOffset(const StreamSchedule &s, int g) {
+  int64_t off = 0;
+  for (int k = 0; k < g; ++k) off += gradSlotBytes(s, k);
+  return off;
+}
 
 // The bf16 copy of a weight slot of `slotBytes` (a WEIGHT_COPY region, where
 // StreamSchedule.weight_copy_bytes says there are copies): fp32 element i of

@@ -212,7 +212,8 @@ llvm::Error StreamExecutor::init() {
   s_ = &plan_.schedule();
   const plan::StreamSchedule &s = *s_;
   // The schedule's own sizes before anything reads them (the host-memory check's report included).
-  if (s.weight_slots() < 1 || s.grad_slots() < 1 || s.device_bytes() < 0 || s.grad_slot_bytes() < 0)
+  if (s.weight_slots() < 1 || s.grad_slots() < 1 || s.device_bytes() < 0 || s.grad_slot_bytes() < 0 ||
+      s.small_grad_slots() < 0 || s.small_grad_slots() >= s.grad_slots() || s.small_grad_slot_bytes() < 0)
     return err("the plan's schedule has no slots or a negative size");
   if (s.weight_slots() > s.regions_size() || s.grad_slots() > s.regions_size()) // each slot is a region
     return err("the plan's schedule has " + llvm::Twine(s.weight_slots()) + " weight and " + llvm::Twine(s.grad_slots()) +
@@ -265,9 +266,9 @@ llvm::Error StreamExecutor::init() {
     }
   }
   try {
-    staging_.assign(size_t(s.grad_slots()) * size_t(s.grad_slot_bytes()), 0);
+    staging_.assign(size_t(plan::stagingOffset(s, s.grad_slots())), 0);
   } catch (const std::bad_alloc &) {
-    return err("cannot allocate the " + llvm::Twine(int64_t(s.grad_slots()) * s.grad_slot_bytes()) +
+    return err("cannot allocate the " + llvm::Twine(plan::stagingOffset(s, s.grad_slots())) +
                " bytes of the plan's host staging slots");
   }
   bwdPos_.assign(size_t(plan_.units_size()), -1);
@@ -719,8 +720,8 @@ llvm::Error StreamExecutor::offload(int i, const plan::StreamAction &a) {
   if (!slot) return slot.takeError();
   if (auto e = expect(i, gradSlot_[size_t(g)], "grad slot " + std::to_string(g), u, off, lay.bytes, shadow_)) return e;
   if (auto e = expectWholeSum(i, g)) return e;
-  if (lay.bytes > s_->grad_slot_bytes()) return err("schedule: " + actionText(i) + ": the unit's gradients do not fit a staging slot");
-  const int64_t stagingOff = int64_t(g) * s_->grad_slot_bytes();
+  if (lay.bytes > plan::gradSlotBytes(*s_, g)) return err("schedule: " + actionText(i) + ": the unit's gradients do not fit its staging slot");
+  const int64_t stagingOff = plan::stagingOffset(*s_, g);
   std::memcpy(staging_.data() + stagingOff, *slot, size_t(lay.bytes));
   stagingVerdict_[size_t(g)] = slotVerdict_[size_t(g)];
   stagingSlot_[size_t(g)] = fill(i, u, stagingOff, lay.bytes, stagingShadow_,
@@ -768,7 +769,7 @@ llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
   const plan::WeightLayout &lay = layouts_[size_t(u)];
   if (!unit.resident() && !onGpu(u)) {
     if (a.stream() != plan::StreamAction::CPU) return err("schedule: " + actionText(i) + ": a streamed unit's UPDATE runs on the CPU");
-    const int64_t off = int64_t(g) * s_->grad_slot_bytes();
+    const int64_t off = plan::stagingOffset(*s_, g);
     if (auto e = expect(i, stagingSlot_[size_t(g)], "staging slot " + std::to_string(g), u, off, lay.bytes, stagingShadow_)) return e;
     passes_.at(pass_).updateRan[size_t(u)] = true;
     return updateFrom(u, staging_.data() + off, stagingVerdict_[size_t(g)], nullptr);

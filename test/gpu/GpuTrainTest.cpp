@@ -394,6 +394,36 @@ TEST(GpuBf16WeightStream, TrainsAsTheWeightCopiesPlanBitForBit) {
     }
 }
 
+// Grad slots of two sizes (StreamSchedule.small_grad_slots): the embedding
+// and the head's gradients in the two small staging slots, at their offsets
+// in the pinned staging; 3 steps in a given update order give the losses and
+// state of the plan whose four slots are all the largest unit's, bit for bit.
+TEST(GpuSmallGradSlots, TrainAsSlotsOfOneSizeBitForBit) {
+  std::vector<double> losses[2];
+  runtime::HostState state[2];
+  for (int small = 0; small < 2; ++small) {
+    codegen::CodegenOptions co;
+    co.compute = "fp32";
+    co.schedule.residentUnits = 0;
+    co.schedule.gpuAdamwUnits = 0;
+    co.schedule.gradSlots = 4;
+    co.schedule.hostUpdateOrder = {3, 1, 0, 2};
+    co.schedule.smallGradSlotBytes = small ? 65792 : 0; // llama's head
+    plan::Plan p = compileFixtureWith("llama", 16, co);
+    ASSERT_EQ(p.schedule().small_grad_slots(), small ? 2 : 0);
+    const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), 1);
+    auto gpu = gpuTrainer(p);
+    ASSERT_TRUE(gpu);
+    for (int s = 0; s < 3; ++s) {
+      auto st = gpu->step(mbs, 1e-2f);
+      ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+      losses[small].push_back(st->loss);
+    }
+    state[small] = gpu->currentState();
+  }
+  expectSameRuns(losses, state);
+}
+
 // The host's AdamW UPDATEs in an order other than the gradients' arrival
 // (codegen/UpdateOrderPolicy.h), the waiting gradients in more grad and
 // staging slots, steps overlapping: 3 steps give the arrival-order plan's

@@ -52,6 +52,8 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   r.gradSlots = s.grad_slots();
   r.weightSlotBytes = s.weight_slot_bytes();
   r.gradSlotBytes = s.grad_slot_bytes();
+  r.smallGradSlots = s.small_grad_slots();
+  r.smallGradSlotBytes = s.small_grad_slot_bytes();
   r.actions = s.actions_size();
   r.microBatchesPerPass = passMicroBatches(s);
   r.deviceBytes = s.device_bytes();
@@ -295,7 +297,9 @@ static void printHostWithSchedule(llvm::raw_ostream &os, const MemoryReport &m, 
 }
 
 static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
-  os << "\nGPU memory (one allocation; " << s.weightSlots << " weight slots, " << s.gradSlots << " grad slots):\n";
+  os << "\nGPU memory (one allocation; " << s.weightSlots << " weight slots, " << s.gradSlots << " grad slots";
+  if (s.smallGradSlots > 0) os << ", " << s.smallGradSlots << " of them for the units smaller than the largest";
+  os << "):\n";
   for (const DeviceCategory &c : s.device) {
     // Only where AdamW runs on the GPU for streamed units, where checkpoints are offloaded and where slots have bf16 copies.
     if ((c.kind == DeviceRegion::MOMENT_SLOT || c.kind == DeviceRegion::LOADED_CHECKPOINT ||
@@ -508,7 +512,9 @@ static llvm::json::Value gpuMemoryJson(const ScheduleReport &s) {
                             {"weight_slots", s.weightSlots},
                             {"grad_slots", s.gradSlots},
                             {"weight_slot_bytes", s.weightSlotBytes},
-                            {"grad_slot_bytes", s.gradSlotBytes}};
+                            {"grad_slot_bytes", s.gradSlotBytes},
+                            {"small_grad_slots", s.smallGradSlots},
+                            {"small_grad_slot_bytes", s.smallGradSlotBytes}};
 }
 
 static llvm::json::Value predictionJson(const ScheduleReport &s) {

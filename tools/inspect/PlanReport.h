@@ -74,6 +74,8 @@ struct DeviceCategory {
 struct ScheduleReport {
   int32_t weightSlots = 0, gradSlots = 0;
   int64_t weightSlotBytes = 0, gradSlotBytes = 0;
+  int32_t smallGradSlots = 0; // the last grad slots, of smallGradSlotBytes (StreamSchedule.small_grad_slots)
+  int64_t smallGradSlotBytes = 0;
   int64_t actions = 0;
   int microBatchesPerPass = 1; // StreamSchedule.micro_batches (layer-major accumulation)
   // GPU: one allocation of deviceBytes (the peak the plan uses), cut into

@@ -22,8 +22,10 @@ llvm::Error printSchedule(const Plan &p, llvm::raw_ostream &os) {
      << (s.overlap_steps() ? "; steps overlap (the host's AdamW runs on beside the next step)" : "") << "\n";
   if (passMicroBatches(s) > 1)
     os << "micro-batches per pass: " << passMicroBatches(s) << " (each unit streams once a pass; mb<k>: which)\n";
-  os << "slot bytes: weight " << s.weight_slot_bytes() << ", grad " << s.grad_slot_bytes() << "; pinned staging "
-     << s.pinned_staging_bytes() << "\n";
+  os << "slot bytes: weight " << s.weight_slot_bytes() << ", grad " << s.grad_slot_bytes();
+  if (s.small_grad_slots() > 0)
+    os << " (the last " << s.small_grad_slots() << ": " << s.small_grad_slot_bytes() << ", for the units whose gradients fit)";
+  os << "; pinned staging " << s.pinned_staging_bytes() << "\n";
   if (s.pinned_checkpoint_bytes() > 0)
     os << "pinned checkpoint bytes: " << s.pinned_checkpoint_bytes() << " (the offloaded checkpoints, each at its copies' host offset)\n";
   os << "device bytes: " << s.device_bytes() << " (budget " << s.gpu_budget_bytes() << ")\n";
