@@ -104,10 +104,10 @@ static cl::opt<std::string> Bf16WeightStream(
     cl::desc("on: in bf16 plans, the weights that only matrix products read (which read them as bf16 anyway) cross "
              "PCIe as bf16, half the bytes of the weights' copies to the GPU: the host's AdamW writes a bf16 copy "
              "beside each fp32 master (2 more bytes of pinned host memory a parameter), and the results are the "
-             "same bit for bit. Implies --bf16-weight-copies on. auto: on where the cost model predicts a step 1% "
-             "shorter within the GPU budget and --host-mem (else this machine's available memory; the host memory "
-             "it takes may be worth more as grad slots). off (default): the weights stream as fp32"),
-    cl::init("off"), cl::value_desc("auto|on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+             "same bit for bit. Implies --bf16-weight-copies on. auto (default): on where the cost model predicts "
+             "a step 1% shorter within the GPU budget and --host-mem (else this machine's available memory; the "
+             "host memory it takes may be worth more as grad slots). off: the weights stream as fp32"),
+    cl::init("auto"), cl::value_desc("auto|on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> MicroBatchesPerPass(
     "micro-batches-per-pass",
     cl::desc("With --grad-accum N: micro-batches each pass carries through every unit, so that a unit streams in "
