@@ -48,7 +48,7 @@ struct ScheduleOptions {
   // products read its weights as bf16 instead of packing them each time
   // (plan.proto's StreamSchedule.weight_copy_bytes). No effect in other plans.
   bool bf16WeightCopies = false;
-  // --bf16-weight-stream (off by default): in bf16 plans, the parameters that
+  // --bf16-weight-stream on (auto, the default, is compile's policy below): in bf16 plans, the parameters that
   // only products read, of units that stream and step on the host, cross PCIe
   // as bf16, which the host's AdamW writes beside the masters (2 more host
   // bytes a parameter; plan.proto's Parameter.streams_bf16). Implies the
