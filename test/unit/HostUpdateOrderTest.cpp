@@ -7,7 +7,7 @@
 // would update a shared parameter before its sum is complete is refused;
 // and auto takes the order where the host's AdamW is about as long as the
 // compute, not where it is short.
-#include "FixtureTestUtil.h"
+#include "TrainRuns.h"
 
 #include "codegen/CostModel.h"
 #include "codegen/UpdateOrderPolicy.h"
@@ -54,35 +54,6 @@ std::vector<int> updateUnits(const plan::Plan &p) {
   return units;
 }
 
-struct TrainRun {
-  std::vector<double> losses;
-  runtime::HostState state;
-};
-
-TrainRun train(const plan::Plan &p, const std::string &model, bool stream, uint64_t seed) {
-  runtime::CpuOptions o;
-  o.streamSchedule = stream;
-  o.streamSeed = seed;
-  o.checkReads = true;
-  TrainRun r;
-  auto t = withWeights(runtime::Trainer::create(p, o), p);
-  if (!t) return r;
-  const auto mbs = fixtureMicroBatches(model, p.ignore_index(), 1);
-  for (int s = 0; s < 3; ++s) {
-    auto st = t->step(mbs, 1e-2f);
-    if (!st) {
-      ADD_FAILURE() << llvm::toString(st.takeError());
-      return r;
-    }
-    r.losses.push_back(st->loss);
-  }
-  r.state = t->currentState();
-  return r;
-}
-
-bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
 
 TEST(HostUpdateOrder, TheScheduleIssuesTheUpdatesInTheOrderGiven) {
   // Arrival order is head (3), layer.1, layer.0, embed (0).
@@ -106,7 +77,9 @@ TEST(HostUpdateOrder, TheScheduleIssuesTheUpdatesInTheOrderGiven) {
 TEST(HostUpdateOrder, TheStreamExecutorGivesArrivalOrdersNumbersBitForBit) {
   for (const char *model : {"llama", "gpt2"}) {
     SCOPED_TRACE(model);
-    const TrainRun direct = train(compileOrdered(model, {}, 2), model, /*stream=*/false, 0);
+    runtime::CpuOptions directPath;
+    directPath.streamSchedule = false;
+    const TrainRun direct = trainRun(compileOrdered(model, {}, 2), model, directPath);
     ASSERT_EQ(direct.losses.size(), 3u);
     struct Variant {
       std::vector<int> order;
@@ -114,14 +87,8 @@ TEST(HostUpdateOrder, TheStreamExecutorGivesArrivalOrdersNumbersBitForBit) {
     };
     for (const Variant &v : {Variant{{3, 1, 0, 2}, 3}, Variant{{3, 1, 2, 0}, 2}, Variant{{3, 0, 1, 2}, 4}}) {
       plan::Plan p = compileOrdered(model, v.order, v.slots);
-      for (uint64_t seed : {1u, 2u, 3u}) {
-        const TrainRun r = train(p, model, /*stream=*/true, seed);
-        ASSERT_EQ(r.losses.size(), direct.losses.size());
-        for (size_t i = 0; i < r.losses.size(); ++i) EXPECT_EQ(r.losses[i], direct.losses[i]) << "loss " << i;
-        EXPECT_TRUE(sameBits(r.state.params, direct.state.params)) << "weights, seed " << seed;
-        EXPECT_TRUE(sameBits(r.state.m, direct.state.m)) << "AdamW m, seed " << seed;
-        EXPECT_TRUE(sameBits(r.state.v, direct.state.v)) << "AdamW v, seed " << seed;
-      }
+      for (uint64_t seed : {1u, 2u, 3u})
+        expectSameRun(direct, trainRun(p, model, streamedOptions(seed)), "seed " + std::to_string(seed));
     }
   }
 }

@@ -6,12 +6,10 @@
 // state of the plan whose slots are all the largest unit's, in arrival order
 // and in a given update order; and auto takes the smaller size only where one
 // or two units are much larger than the rest.
-#include "FixtureTestUtil.h"
+#include "TrainRuns.h"
 
 #include "runtime/plan/PlanChecker.h"
 #include "runtime/plan/StreamLayout.h"
-
-#include <cstring>
 
 using namespace megac;
 using namespace megac::testing;
@@ -88,51 +86,15 @@ TEST(SmallGradSlots, TheCheckerRefusesASlotTooSmallForItsUnit) {
   EXPECT_NE(checkError(bigger).find("small grad slots"), std::string::npos) << checkError(bigger);
 }
 
-struct TrainRun {
-  std::vector<double> losses;
-  runtime::HostState state;
-};
-
-TrainRun train(const plan::Plan &p, uint64_t seed) {
-  runtime::CpuOptions o;
-  o.streamSchedule = true;
-  o.streamSeed = seed;
-  o.checkReads = true;
-  TrainRun r;
-  auto t = withWeights(runtime::Trainer::create(p, o), p);
-  if (!t) return r;
-  const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), 1);
-  for (int s = 0; s < 3; ++s) {
-    auto st = t->step(mbs, 1e-2f);
-    if (!st) {
-      ADD_FAILURE() << llvm::toString(st.takeError());
-      return r;
-    }
-    r.losses.push_back(st->loss);
-  }
-  r.state = t->currentState();
-  return r;
-}
-
-bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
-}
-
 TEST(SmallGradSlots, TheStreamExecutorTrainsAsWithSlotsOfOneSize) {
   for (const std::vector<int> &order : {std::vector<int>{}, std::vector<int>{3, 1, 0, 2}}) {
     SCOPED_TRACE(order.empty() ? "arrival order" : "order 3 1 0 2");
-    const TrainRun uniform = train(compileSlots(0, order), 1);
+    const TrainRun uniform = trainRun(compileSlots(0, order), "llama", streamedOptions(1));
     ASSERT_EQ(uniform.losses.size(), 3u);
     plan::Plan p = compileSlots(kHeadBytes, order);
     ASSERT_EQ(p.schedule().small_grad_slots(), 2);
-    for (uint64_t seed : {1u, 2u, 3u}) {
-      const TrainRun r = train(p, seed);
-      ASSERT_EQ(r.losses.size(), 3u);
-      for (size_t i = 0; i < r.losses.size(); ++i) EXPECT_EQ(r.losses[i], uniform.losses[i]) << "loss " << i;
-      EXPECT_TRUE(sameBits(r.state.params, uniform.state.params)) << "weights, seed " << seed;
-      EXPECT_TRUE(sameBits(r.state.m, uniform.state.m)) << "AdamW m, seed " << seed;
-      EXPECT_TRUE(sameBits(r.state.v, uniform.state.v)) << "AdamW v, seed " << seed;
-    }
+    for (uint64_t seed : {1u, 2u, 3u})
+      expectSameRun(uniform, trainRun(p, "llama", streamedOptions(seed)), "seed " + std::to_string(seed));
   }
 }
 

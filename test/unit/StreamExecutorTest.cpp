@@ -3,7 +3,7 @@
 // every seed (every legal interleaving of the streams), on every fixture and
 // schedule shape; and the stream simulator (StreamSimulator.h) keeps each
 // stream's order and every wait while different seeds interleave differently.
-#include "FixtureTestUtil.h"
+#include "TrainRuns.h"
 
 #include "codegen/GpuAdamwPolicy.h"
 #include "runtime/plan/StreamLayout.h"
@@ -18,38 +18,24 @@ using namespace megac::testing;
 
 namespace {
 
-struct RunResult {
-  std::vector<double> losses;
-  runtime::HostState state;
-};
+using RunResult = TrainRun;
 
-// `steps` optimizer steps on the fixture's reference batch:
-// `microBatches` a step (fixtureMicroBatches).
+// `steps` optimizer steps on the fixture's reference batch (`microBatches`
+// a step, fixtureMicroBatches), then the loss of its first micro-batch.
 RunResult train(const plan::Plan &p, const std::string &model, const runtime::CpuOptions &o, int steps,
                 int microBatches = 1) {
-  RunResult r;
-  auto t = withWeights(runtime::Trainer::create(p, o), p);
-  if (!t) return r;
-  EXPECT_EQ(t->runsSchedule(), o.streamSchedule) << "the CPU backend did not take the path asked for";
-  const std::vector<std::pair<Tensor, Tensor>> mbs = fixtureMicroBatches(model, p.ignore_index(), microBatches);
-  const Tensor &ids = mbs[0].first, &targets = mbs[0].second;
-  for (int s = 0; s < steps; ++s) {
-    auto st = t->step(mbs, 1e-2f);
-    if (!st) {
-      ADD_FAILURE() << llvm::toString(st.takeError());
-      return r;
-    }
-    r.losses.push_back(st->loss);
-  }
-  auto l = t->evalLoss(ids, targets);
-  if (!l) ADD_FAILURE() << llvm::toString(l.takeError());
-  else r.losses.push_back(*l);
-  r.state = t->currentState();
+  const std::vector<std::pair<Tensor, Tensor>> mbs = fixtureMicroBatches(model, p.ignore_index(), 1);
+  double eval = 0;
+  bool evaluated = false;
+  RunResult r = trainRun(p, model, o, steps, microBatches, [&](runtime::Trainer &t, int s) {
+    if (s < 0) EXPECT_EQ(t.runsSchedule(), o.streamSchedule) << "the CPU backend did not take the path asked for";
+    if (s != steps - 1) return;
+    auto l = t.evalLoss(mbs[0].first, mbs[0].second);
+    if (!l) ADD_FAILURE() << llvm::toString(l.takeError());
+    else eval = *l, evaluated = true;
+  });
+  if (evaluated) r.losses.push_back(eval);
   return r;
-}
-
-bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * 4) == 0;
 }
 
 void expectIdentical(const RunResult &direct, const RunResult &streamed, const std::string &what) {
