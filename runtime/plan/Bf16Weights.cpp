@@ -1,5 +1,6 @@
 #include "runtime/plan/Bf16Weights.h"
 
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
@@ -67,7 +68,7 @@ Bf16WeightLayout bf16WeightLayout(const Plan &plan) {
     const Parameter &p = plan.parameters(i);
     if (!p.streams_bf16()) continue;
     l.offsets[size_t(i)] = l.elements;
-    l.elements += (std::max<int64_t>(p.numel(), 0) + 127) / 128 * 128;
+    l.elements += alignUp(std::max<int64_t>(p.numel(), 0), 128);
   }
   return l;
 }

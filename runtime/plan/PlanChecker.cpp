@@ -271,11 +271,10 @@ private:
         return violation("malformed plan", actionText(i) + " has weight slot " + llvm::Twine(a.weight_slot()) + " (of " + llvm::Twine(K_) + ")");
       if (usesGrads != (a.grad_slot() >= 0) || a.grad_slot() >= G_)
         return violation("malformed plan", actionText(i) + " has grad slot " + llvm::Twine(a.grad_slot()) + " (of " + llvm::Twine(G_) + ")");
-      if (usesGrads && a.unit() >= 0 && a.unit() < p_.units_size() &&
-          gradSlotBytes(s_, a.grad_slot()) < unitWeightLayout(p_, a.unit()).bytes)
-        return violation("region size", actionText(i) + ": grad slot " + llvm::Twine(a.grad_slot()) + " holds " +
-                                            llvm::Twine(gradSlotBytes(s_, a.grad_slot())) + " bytes, the unit's gradients " +
-                                            llvm::Twine(unitWeightLayout(p_, a.unit()).bytes));
+      if (usesGrads && a.unit() >= 0 && a.unit() < p_.units_size())
+        if (const int64_t need = unitWeightLayout(p_, a.unit()).bytes, have = gradSlotBytes(s_, a.grad_slot()); have < need)
+          return violation("region size", actionText(i) + ": grad slot " + llvm::Twine(a.grad_slot()) + " holds " +
+                                              llvm::Twine(have) + " bytes, the unit's gradients " + llvm::Twine(need));
       const bool compute = a.kind() == StreamAction::FORWARD || a.kind() == StreamAction::BACKWARD || isCheckpointCopy(a.kind());
       if (a.micro_batch() < 0 || a.micro_batch() >= (compute ? M_ : 1))
         return violation("malformed plan", "action " + llvm::Twine(i) + " has micro-batch " + llvm::Twine(a.micro_batch()) + " (the pass carries " +
