@@ -22,17 +22,25 @@ llvm::Expected<int> parseGpuAdamwUnits(llvm::StringRef s);
 // The streamed units whose AdamW may run on the GPU, in forward order.
 std::vector<int> gpuAdamwCandidates(const plan::Plan &p);
 
+// The policies that run after this one (weight slots, the host's update
+// order, the bf16 weight stream), applied to a plan and its options: what
+// auto compares is each choice's step as they leave it, since they change it
+// by more than the choice does (the update order takes the host's AdamW off
+// the critical path, the bf16 stream halves the host-stepped units' copies).
+using FinishPlan = llvm::function_ref<llvm::Error(plan::Plan &, ScheduleOptions &)>;
+
 // Sets Unit.adamw_on_gpu on the first o.gpuAdamwUnits candidates and builds
 // the schedule (after the resident policy: resident units are not
 // candidates). Auto (-1): a run of candidates from the first or from the
 // second (the embedding's moments may cost more over PCIe than its host
-// AdamW), the fewest whose step the cost model predicts within 0.5% of the
-// fastest count that keeps the plan within 97% of the GPU budget, the run
-// that predicts the shorter step, and none unless that step is predicted 3%
-// shorter than with none (the model's error: on the 2.8B bench it predicted
-// a 0.9% gain where the run measured a 5% loss); none where the step keeps
-// its gradients (--clip, --grad-accum), whose AdamW waits for the whole
-// step. A count over the candidates is an error.
-llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o);
+// AdamW), each count finished by `finish` and predicted; per start, the
+// fewest whose step is within 0.5% of the fastest count that keeps the plan
+// within 97% of the GPU budget; the start that predicts the shorter step;
+// and none unless that step is predicted 3% shorter than with none (the
+// model's error: on the 2.8B bench it predicted a 0.9% gain where the run
+// measured a 5% loss); none where the step keeps its gradients (--clip,
+// --grad-accum), whose AdamW waits for the whole step. A count over the
+// candidates is an error. The caller finishes the plan after this.
+llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o, FinishPlan finish);
 
 } // namespace megac::codegen

@@ -52,13 +52,18 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   if (auto e = applyMicroBatchPolicy(*plan, so)) return std::move(e);
   if (so.residentUnits < 0)
     if (auto e = applyResidentPolicy(*plan, so)) return std::move(e);
+  // The policies after the GPU AdamW's, whose auto judges its choices by the
+  // plans they leave.
+  auto finish = [&](plan::Plan &p, ScheduleOptions &o) -> llvm::Error {
+    if (slotsAuto)
+      if (auto e = applyWeightSlotsPolicy(p, o)) return e;
+    const ScheduleOptions beforeOrder = o;
+    if (auto e = applyUpdateOrderPolicy(p, o)) return e;
+    return applyWeightStreamPolicy(p, o, beforeOrder);
+  };
   // Before the recompute policy, whose auto fills the GPU memory left.
-  if (auto e = applyGpuAdamwPolicy(*plan, so)) return std::move(e);
-  if (slotsAuto)
-    if (auto e = applyWeightSlotsPolicy(*plan, so)) return std::move(e);
-  const ScheduleOptions beforeOrder = so;
-  if (auto e = applyUpdateOrderPolicy(*plan, so)) return std::move(e);
-  if (auto e = applyWeightStreamPolicy(*plan, so, beforeOrder)) return std::move(e);
+  if (auto e = applyGpuAdamwPolicy(*plan, so, finish)) return std::move(e);
+  if (auto e = finish(*plan, so)) return std::move(e);
   if (auto e = applyRecomputePolicy(*plan, so)) return std::move(e);
   // Last: auto offloads checkpoints only where the plan is over budget.
   if (auto e = applyCheckpointOffloadPolicy(*plan, so)) return std::move(e);
