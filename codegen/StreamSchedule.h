@@ -71,6 +71,10 @@ struct ScheduleOptions {
   // last units': their checkpoints are read again right away). 0: none;
   // -1: auto (codegen/CheckpointOffloadPolicy.h; the schedule is built with none).
   int offloadCheckpoints = 0;
+  // --gpus: the GPUs of one host a step runs on (plan.proto's Plan.gpus),
+  // each over its own grad_accum micro-batches, their gradients summed on
+  // the host. Over 1, no unit is resident or steps on a GPU.
+  int gpus = 1;
 };
 
 // ScheduleOptions.smallGradSlotBytes auto, from every unit's gradient bytes:

@@ -22,6 +22,10 @@ namespace megac::driver {
 
 using namespace codegen;
 
+static llvm::Error err(const llvm::Twine &m) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), m.str());
+}
+
 // Everything but the budget checks and the plan checker.
 static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, const frontend::ImportOptions &import,
                                               const passes::PassOptions &passOpts, const CodegenOptions &co) {
@@ -37,8 +41,23 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   auto plan = buildPlan(**g, opts);
   if (!plan) return plan.takeError();
   if (auto e = plan::applyNoDecay(*plan)) return std::move(e);
+  if (co.schedule.gpus > 1) {
+    // The host sums every GPU's gradients: each unit's must reach it.
+    if (co.schedule.residentUnits > 0)
+      return err("--resident-units " + llvm::Twine(co.schedule.residentUnits) + " with --gpus " +
+                 llvm::Twine(co.schedule.gpus) +
+                 ": over several GPUs every unit streams (the host sums each GPU's gradients before its AdamW); "
+                 "give --resident-units 0 or auto");
+    if (co.schedule.gpuAdamwUnits > 0)
+      return err("--gpu-adamw-units " + llvm::Twine(co.schedule.gpuAdamwUnits) + " with --gpus " +
+                 llvm::Twine(co.schedule.gpus) +
+                 ": over several GPUs every unit steps on the host, which sums each GPU's gradients first; "
+                 "give --gpu-adamw-units 0 or auto");
+    plan->set_gpus(co.schedule.gpus);
+  }
   // --weight-slots auto: the policies before it plan with 2 weight slots.
   ScheduleOptions so = co.schedule;
+  if (so.gpus > 1) so.residentUnits = so.gpuAdamwUnits = 0; // auto's choice: none
   const bool slotsAuto = so.weightSlots < 2;
   if (slotsAuto) so.weightSlots = 2;
   // Micro-batches per pass before resident units' auto, which fills the GPU

@@ -188,7 +188,14 @@ private:
                                                llvm::Twine(accum));
     }
     if (s_.overlap_steps() && stepKeepsGradients(p_))
-      return violation("malformed plan", "the steps overlap, but a step keeps its gradients until its end (clip, or more than one pass)");
+      return violation("malformed plan", "the steps overlap, but a step keeps its gradients until its end (clip, more than one pass, or several GPUs)");
+    if (p_.gpus() < 0 || p_.gpus() > 64)
+      return violation("malformed plan", "the plan runs on " + llvm::Twine(p_.gpus()) + " GPUs (0 to 64)");
+    if (planGpus(p_) > 1)
+      for (const Unit &u : p_.units())
+        if (u.resident() || u.adamw_on_gpu())
+          return violation("several GPUs", "unit '" + u.name() + "' is " + (u.resident() ? "resident" : "stepped on the GPU") + " in a plan for " +
+                                               llvm::Twine(p_.gpus()) + " GPUs, whose host sums every unit's gradients before its AdamW");
     if (K_ < 1 || G_ < 1) return violation("malformed plan", "the schedule has " + llvm::Twine(K_) + " weight slots and " + llvm::Twine(G_) + " grad slots");
     if (s_.small_grad_slots() < 0 || s_.small_grad_slots() >= G_ ||
         (s_.small_grad_slots() > 0 && (s_.small_grad_slot_bytes() <= 0 || s_.small_grad_slot_bytes() >= s_.grad_slot_bytes())))

@@ -22,7 +22,7 @@ namespace megac::plan {
 // (StreamSchedule.weight_copy_bytes); 13: weights streamed as bf16
 // (Parameter.streams_bf16). readPlan reads formats 4 (an absolute model path,
 // no hash) to 7 and 9 to 12 too.
-inline constexpr uint32_t kFormatVersion = 13;
+inline constexpr uint32_t kFormatVersion = 14;
 inline constexpr const char *kMegacVersion = "0.1";
 
 // A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the

@@ -278,7 +278,7 @@ llvm::Error checkPassMicroBatches(const StreamSchedule &s) {
 bool stepKeepsGradients(const Plan &p) {
   const int64_t accum = std::max<int64_t>(p.optimizer().grad_accum(), 1);
   const int perPass = p.has_schedule() ? passMicroBatches(p.schedule()) : 1;
-  return p.optimizer().clip() > 0 || accum > perPass;
+  return p.optimizer().clip() > 0 || accum > perPass || planGpus(p) > 1;
 }
 
 std::vector<int> unitsSharingParameters(const Plan &p, int unitIndex) {

@@ -230,8 +230,11 @@ int64_t checkpointCopyBytes(const Plan &p, const StreamAction &a);
 // intermediate activation and a block inside the pinned checkpoint memory.
 llvm::Error checkCheckpointCopies(const Plan &p);
 // Whether a step keeps its gradients on the host until its end: with a clip
-// (the global norm first) or more than one pass (grad_accum over micro_batches).
+// (the global norm first), more than one pass (grad_accum over micro_batches)
+// or more than one GPU (the host sums theirs first).
 bool stepKeepsGradients(const Plan &p);
+// The GPUs a step runs on: Plan.gpus, 1 where it is 0 (plans before format 14).
+inline int planGpus(const Plan &p) { return p.gpus() > 1 ? p.gpus() : 1; }
 
 const char *regionKindName(DeviceRegion::Kind k);
 const char *actionKindName(StreamAction::Kind k);

@@ -192,6 +192,8 @@ llvm::Error saveCheckpoint(const std::string &dir, const plan::Plan &plan, const
   meta.set_seed(info.seed);
   meta.set_data_index(info.dataIndex);
   meta.set_micro_batches_per_step(info.microBatchesPerStep);
+  meta.set_gpus(info.gpus);
+  meta.set_batch(info.batch);
   meta.set_host_elements(int64_t(state.params.size()));
   meta.set_model_path(plan.model_path());
   *meta.mutable_optimizer() = info.optimizer;
@@ -472,6 +474,8 @@ llvm::Expected<CheckpointInfo> loadCheckpoint(const std::string &dir, const plan
   info.seed = meta->seed();
   info.dataIndex = meta->data_index();
   info.microBatchesPerStep = meta->micro_batches_per_step();
+  info.gpus = meta->gpus() > 1 ? meta->gpus() : 1;
+  info.batch = meta->batch();
   info.optimizer = meta->optimizer();
   info.weightsSource = meta->weights_source();
   for (const auto &n : meta->weight_names()) info.weightNames.push_back({n.param(), n.tensor()});

@@ -27,7 +27,9 @@ struct CheckpointInfo {
   int64_t totalSteps = 0;
   uint64_t seed = 0;
   int64_t dataIndex = 0;
-  int64_t microBatchesPerStep = 1;
+  int64_t microBatchesPerStep = 1; // every GPU's
+  int gpus = 1;                     // the plan's GPUs (1 in checkpoints before they were recorded)
+  int64_t batch = 0;                // the plan's batch (0: not recorded)
   plan::Optimizer optimizer;
   // Where the run's initial weights came from (--weights; empty: the model
   // file), and which of the source's tensors each parameter took.

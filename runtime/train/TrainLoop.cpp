@@ -1,5 +1,7 @@
 #include "runtime/train/TrainLoop.h"
 
+#include "runtime/plan/StreamLayout.h"
+
 #include "runtime/train/Schedule.h"
 #include "runtime/train/NonFinite.h"
 #include "runtime/train/Weights.h"
@@ -40,7 +42,8 @@ static llvm::Expected<TokenData> openData(const std::string &path, bool text, in
 static llvm::Error drawStep(const plan::Plan &plan, const TrainLoopOptions &opts, const TokenData *data,
                             uint64_t seed, int64_t &dataIndex, std::vector<std::pair<Tensor, Tensor>> &mbs,
                             int64_t *skipped) {
-  const int64_t accum = std::max<int64_t>(plan.optimizer().grad_accum(), 1);
+  // Every GPU's micro-batches (runtime/train/GpuShares.h).
+  const int64_t accum = std::max<int64_t>(plan.optimizer().grad_accum(), 1) * plan::planGpus(plan);
   mbs.clear();
   for (int64_t k = 0; k < accum; ++k) {
     if (opts.fixedTokens) {
@@ -108,7 +111,8 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
   const plan::Plan &plan = trainer.plan();
   const plan::Optimizer &o = plan.optimizer();
   const int64_t B = plan.batch(), S = plan.seq();
-  int64_t accum = std::max<int64_t>(o.grad_accum(), 1);
+  const int gpus = plan::planGpus(plan);
+  const int64_t accum = std::max<int64_t>(o.grad_accum(), 1) * gpus; // the step's micro-batches, every GPU's
   if (opts.steps <= 0) return err("--steps must be positive");
 
   std::optional<TokenData> data, val;
@@ -136,16 +140,26 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
   info.seed = opts.seed;
   info.totalSteps = opts.steps;
   info.microBatchesPerStep = accum;
+  info.gpus = gpus;
+  info.batch = B;
   info.optimizer = o;
   if (!opts.resume.empty()) {
     // A step past --steps is refused before the arrays are read.
-    auto pastSteps = [&](const CheckpointInfo &c) -> llvm::Error {
+    auto resumable = [&](const CheckpointInfo &c) -> llvm::Error {
+      // Over another count of GPUs, the steps must stay the same size.
+      const int64_t was = (c.batch > 0 ? c.batch : B) * c.microBatchesPerStep;
+      if (c.gpus != gpus && was != B * accum)
+        return err(opts.resume + ": the checkpoint's run took " + llvm::Twine(was) + " sequences a step on " +
+                   llvm::Twine(c.gpus) + " GPU" + (c.gpus == 1 ? "" : "s") + "; this plan takes " +
+                   llvm::Twine(B * accum) + " on " + llvm::Twine(gpus) +
+                   " (--batch x --grad-accum x --gpus): recompile so that the step is the same size to resume on " +
+                   "another count of GPUs");
       if (c.step <= opts.steps) return llvm::Error::success();
       return err(opts.resume + ": the checkpoint is at step " + llvm::Twine(c.step) + ", past --steps " +
                  llvm::Twine(opts.steps) + " (--steps counts from the start of the run: give more than " +
                  llvm::Twine(c.step) + " to train on from it)");
     };
-    auto ck = loadCheckpoint(opts.resume, plan, state, pastSteps);
+    auto ck = loadCheckpoint(opts.resume, plan, state, resumable);
     if (!ck) return ck.takeError();
     info.step = ck->step;
     info.seed = ck->seed;
@@ -176,7 +190,12 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
     llvm::outs() << "training " << plan.total_parameters() << " parameters on " << trainer.device() << " ("
                  << trainer.arithmetic() << "), batch " << B << " x seq "
                  << S;
-    if (accum > 1) llvm::outs() << " x " << accum << " micro-batches";
+    if (gpus > 1)
+      llvm::outs() << " x " << accum / gpus << " micro-batch" << (accum / gpus == 1 ? "" : "es") << " on each of " << gpus
+                   << " GPUs (their shares one after another on this " << trainer.device()
+                   << " backend, the host summing their gradients)";
+    else if (accum > 1)
+      llvm::outs() << " x " << accum << " micro-batches";
     llvm::outs() << ", " << opts.steps << " steps";
     if (data) llvm::outs() << "; data " << data->describe();
     llvm::outs() << "\n";

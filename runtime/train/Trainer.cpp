@@ -7,6 +7,7 @@
 #include "runtime/core/DType.h"
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
+#include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
@@ -74,6 +75,7 @@ llvm::Error Trainer::initHostState(int64_t simulatedDeviceBytes) {
   const plan::Optimizer &o = plan_.optimizer();
   hyper_ = {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
   injectNan_ = nanInjectionFromEnvironment();
+  injectGpuFault_ = gpuFaultInjectionFromEnvironment();
   return llvm::Error::success();
 }
 
@@ -346,11 +348,12 @@ llvm::Error Trainer::checkPassSize(size_t batches, bool backward, size_t lossSca
 }
 
 bool Trainer::keepsGradients(size_t microBatches) const {
-  return plan_.optimizer().clip() > 0 || microBatches > size_t(microBatchesPerPass());
+  return plan_.optimizer().clip() > 0 || microBatches > size_t(microBatchesPerPass()) || plan::planGpus(plan_) > 1;
 }
 
 bool Trainer::stepsInLastPass(size_t microBatches) const {
-  if (plan_.optimizer().clip() > 0 || microBatches <= size_t(microBatchesPerPass())) return false;
+  if (plan_.optimizer().clip() > 0 || microBatches <= size_t(microBatchesPerPass()) || plan::planGpus(plan_) > 1)
+    return false;
   for (const plan::Unit &u : plan_.units())
     if (u.resident() || u.adamw_on_gpu()) return false;
   return true;
@@ -391,6 +394,44 @@ llvm::Expected<double> Trainer::runPasses(const std::vector<std::pair<Tensor, Te
   return lossSum;
 }
 
+llvm::Expected<double> Trainer::runStepPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                              const std::vector<float> &weights, std::vector<float> *grads, float lr,
+                                              bool &stepped) {
+  const int gpus = plan::planGpus(plan_);
+  if (gpus == 1) return runPasses(microBatches, weights, grads, lr, stepped);
+  stepped = false;
+  const size_t share = microBatches.size() / size_t(gpus);
+  if (!grads || share == 0 || microBatches.size() % size_t(gpus) != 0 || weights.size() != microBatches.size())
+    return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's " + llvm::Twine(gpus) +
+               " GPUs run the same number each");
+  if (gpuGrads_.size() != size_t(hostElements_)) gpuGrads_.assign(size_t(hostElements_), 0.0f);
+  double loss = 0;
+  for (int g = 0; g < gpus; ++g) {
+    const std::string which = "GPU " + std::to_string(g) + " of " + std::to_string(gpus);
+    if (injectGpuFault_ && injectGpuFault_->gpu == g && injectGpuFault_->step == state_.step) {
+      injectGpuFault_.reset(); // once, as a device error is
+      return err(which + ": injected fault at step " + llvm::Twine(state_.step) +
+                 " (MEGAC_INJECT_GPU_FAULT); the step stopped before any update");
+    }
+    cpu::parallelFor(hostElements_, 1 << 20, [&](int64_t begin, int64_t end) {
+      std::memset(gpuGrads_.data() + begin, 0, size_t(end - begin) * 4);
+    });
+    const auto first = long(size_t(g) * share), last = long(size_t(g + 1) * share);
+    const std::vector<std::pair<Tensor, Tensor>> mine(microBatches.begin() + first, microBatches.begin() + last);
+    const std::vector<float> scales(weights.begin() + first, weights.begin() + last);
+    bool unused = false;
+    auto l = runPasses(mine, scales, &gpuGrads_, lr, unused);
+    if (!l)
+      return llvm::handleErrors(l.takeError(), [&](std::unique_ptr<llvm::StringError> e) -> llvm::Error {
+        return err(which + ": " + e->getMessage());
+      });
+    loss += *l;
+    // The host's sum, GPU by GPU.
+    cpu::addInto(grads->data(), gpuGrads_.data(), hostElements_);
+  }
+  return loss;
+}
+
 llvm::Expected<double> Trainer::forwardBackwardAsPass(const Tensor &tokens, const Tensor &targets, float lossScale,
                                                       std::vector<float> *grads, float lr) {
   if (microBatchesPerPass() != 1)
@@ -427,7 +468,7 @@ llvm::Expected<StepStats> Trainer::step(const std::vector<std::pair<Tensor, Tens
   std::vector<float> grads;
   if (keepGrads) grads.assign(size_t(hostElements_), 0.0f);
   bool stepped = false;
-  auto loss = runPasses(microBatches, *weights, keepGrads ? &grads : nullptr, lr, stepped);
+  auto loss = runStepPasses(microBatches, *weights, keepGrads ? &grads : nullptr, lr, stepped);
   if (!loss) {
     --state_.step;
     return loss.takeError();

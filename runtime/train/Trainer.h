@@ -12,6 +12,7 @@
 #include "runtime/ProgramRunner.h"
 #include "runtime/plan/Bf16Weights.h"
 #include "runtime/train/AdamW.h"
+#include "runtime/train/GpuShares.h"
 #include "runtime/train/NonFinite.h"
 
 #include "llvm/Support/raw_ostream.h"
@@ -170,6 +171,13 @@ protected:
   // skipped where the step keeps its gradients (not the last one that steps).
   llvm::Expected<double> runPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
                                    const std::vector<float> &weights, std::vector<float> *grads, float lr, bool &stepped);
+  // A step's passes: runPasses, or in a plan for several GPUs
+  // (runtime/train/GpuShares.h) each GPU's share of the micro-batches through
+  // runPasses into gpuGrads_, added to `grads` (which it needs) GPU by GPU.
+  // This backend runs the shares one after another on its one device.
+  llvm::Expected<double> runStepPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
+                                       const std::vector<float> &weights, std::vector<float> *grads, float lr,
+                                       bool &stepped);
   // For the backends that run the schedule: one micro-batch as a pass of
   // one, and forward-only passes of up to microBatchesPerPass() batches
   // (`forwardPass` runs one, giving each batch's loss).
@@ -211,6 +219,8 @@ protected:
   AdamWHyper hyper_;
   bool emulateCompute_ = false;
   std::optional<NanInjection> injectNan_; // MEGAC_INJECT_NAN (runtime/train/NonFinite.h)
+  std::optional<GpuFaultInjection> injectGpuFault_; // MEGAC_INJECT_GPU_FAULT (runtime/train/GpuShares.h)
+  std::vector<float> gpuGrads_; // several GPUs: the gradients of the GPU whose share runs
 
 private:
   Tensor paramTensor(int32_t id) const;

@@ -113,6 +113,10 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   r.d2hBytesPerStep = r.d2hBytesPerPass * m.passesPerStep;
 
   r.profileName = profile.description;
+  if (m.gpus > 1) {
+    r.hostSumSeconds = 16.0 * double(m.gpus) * double(m.parameters) / (profile.hostMemGBps * 1e9);
+    r.hostAdamwSeconds = double(m.parameters) / profile.cpuAdamwParamsPerS;
+  }
   auto prediction = predictStep(p, profile);
   if (prediction) {
     r.predicted = true;
@@ -172,6 +176,7 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
   for (const Parameter &q : p.parameters()) m.parameters += q.numel();
   const Optimizer &o = p.optimizer();
   m.microBatchesPerStep = std::max<int64_t>(o.grad_accum(), 1);
+  m.gpus = planGpus(p);
   const int64_t perPass = p.has_schedule() ? passMicroBatches(p.schedule()) : 1;
   m.passesPerStep = perPass > 0 && m.microBatchesPerStep % perPass == 0 ? m.microBatchesPerStep / perPass : m.microBatchesPerStep;
   m.keepsGradients = stepKeepsGradients(p);
@@ -179,7 +184,7 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
   m.adamMomentBytes = bill->adamMoments;
   m.gradientBytes = bill->gradients;
   m.hostBytes = m.masterWeightBytes + m.adamMomentBytes + m.gradientBytes;
-  m.bytesPerParameter = m.keepsGradients ? 16 : 12;
+  m.bytesPerParameter = 12 + m.gradientBytes / std::max<int64_t>(m.parameters, 1);
   m.streamBytesPerMicroBatch = m.streamWeightsInBytes + m.streamGradientsOutBytes;
   m.streamBytesPerStep = m.streamBytesPerMicroBatch * m.microBatchesPerStep;
   if (p.has_schedule()) {
@@ -248,6 +253,9 @@ static std::string gradientsWhy(const MemoryReport &m) {
   if (!m.keepsGradients)
     return m.microBatchesPerStep > 1 ? " (not kept: no clip, and one pass sums the micro-batches on the GPU)"
                                      : " (not kept: no clip, grad-accum 1)";
+  if (m.gpus > 1)
+    return " (kept: the step's sum and a GPU's own; the host adds each of the " + std::to_string(m.gpus) +
+           " GPUs' to the sum, then steps)";
   if (m.passesPerStep > 1)
     return " (kept: the step's " + std::to_string(m.passesPerStep) + " passes add to them)";
   return " (kept: the clip waits for the global norm, then every unit's AdamW runs on the host after the step)";
@@ -337,7 +345,7 @@ static void printMoved(llvm::raw_ostream &os, const MemoryReport &m, const Sched
   os << "\n";
 }
 
-static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s, int64_t passesPerStep) {
+static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s, int64_t passesPerStep, int gpus) {
   os << "\npredicted (cost model, profile: " << s.profileName << "), unvalidated:\n";
   if (!s.predicted) {
     os << "  not available: " << s.predictionError << "\n";
@@ -346,9 +354,18 @@ static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s, int6
   const StepPrediction &pr = s.prediction;
   os << "  step time: " << seconds(pr.stepSeconds) << " per " << (s.microBatchesPerPass > 1 ? "pass of " + std::to_string(s.microBatchesPerPass) + " micro-batches" : std::string("micro-batch"))
      << " (" << s.actions << " actions)\n";
-  if (passesPerStep > 1)
+  if (gpus > 1) {
+    const double passes = double(passesPerStep) * pr.stepSeconds, host = s.hostSumSeconds + s.hostAdamwSeconds;
+    os << "  a step on " << gpus << " GPUs at once: at least " << seconds(passes + host) << " (each GPU's "
+       << passesPerStep << (passesPerStep == 1 ? " pass " : " passes ") << seconds(passes)
+       << ", then the host's sum of their gradients " << seconds(s.hostSumSeconds) << " and its AdamW "
+       << seconds(s.hostAdamwSeconds) << "; the host memory the GPUs' copies share is not modelled)\n";
+    os << "  this megac runs the GPUs' shares one after another on one device: "
+       << seconds(double(gpus) * passes + host) << " a step\n";
+  } else if (passesPerStep > 1) {
     os << "  a step of " << passesPerStep << " passes: at least " << seconds(double(passesPerStep) * pr.stepSeconds)
        << " (the host's sums between the passes and its AdamW are not modelled)\n";
+  }
   os << "  busy:";
   for (int lane = 0; lane < kNumLanes; ++lane)
     os << (lane ? ", " : " ") << laneName(lane) << " " << seconds(pr.laneBusy[lane]);
@@ -398,6 +415,10 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
                                           "forward, whose first copy of each unit waits for that unit's update)"
                                         : "no (a step ends when the host's AdamW has updated every unit)")
        << "\n";
+  if (r.memory.gpus > 1)
+    os << "  GPUs: " << r.memory.gpus << " (each runs " << r.memory.microBatchesPerStep << " micro-batch"
+       << (r.memory.microBatchesPerStep == 1 ? "" : "es") << " of the step's " << r.memory.gpus * r.memory.microBatchesPerStep
+       << "; the host sums their gradients, GPU by GPU, then takes one AdamW step)\n";
   if (p.has_schedule() && r.memory.microBatchesPerStep > 1) {
     const int perPass = passMicroBatches(p.schedule());
     os << "  accumulation: " << r.memory.microBatchesPerStep << " micro-batches a step, " << perPass << " a pass ("
@@ -459,7 +480,7 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
   if (r.hasSchedule) {
     printGpuMemory(os, r.schedule);
     printMoved(os, m, r.schedule);
-    printPrediction(os, r.schedule, m.passesPerStep);
+    printPrediction(os, r.schedule, m.passesPerStep, m.gpus);
   } else {
     os << "\nstreamed per step (what the CPU backend does now; the plan has no GPU schedule):\n";
     os << "  weights in (forward + backward): ";
@@ -595,6 +616,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
       {"megac_version", utf8(p.megac_version())},
       {"overlap_steps", p.has_schedule() && p.schedule().overlap_steps()},
       {"micro_batches_per_pass", p.has_schedule() ? int64_t(passMicroBatches(p.schedule())) : int64_t(1)},
+      {"gpus", int64_t(m.gpus)},
       {"units", std::move(units)},
       {"templates", std::move(templates)},
       {"parameters", llvm::json::Object{{"total", m.parameters}, {"per_unit", std::move(perUnit)}}},

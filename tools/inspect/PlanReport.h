@@ -54,8 +54,9 @@ struct MemoryReport {
   int64_t largestUnitWeightBytes = 0;
   // Streaming each unit's weights in for forward and again for backward,
   // and its gradients out once, per micro-batch and per optimizer step.
-  int64_t microBatchesPerStep = 1;
+  int64_t microBatchesPerStep = 1; // a GPU's (grad_accum)
   int64_t passesPerStep = 1; // grad_accum over the schedule's micro-batches per pass
+  int gpus = 1;              // plan::planGpus: each runs microBatchesPerStep a step
   int64_t streamWeightsInBytes = 0; // per micro-batch, forward + backward
   int64_t streamGradientsOutBytes = 0;
   int64_t streamBytesPerMicroBatch = 0;
@@ -109,6 +110,11 @@ struct ScheduleReport {
   bool predicted = false;
   StepPrediction prediction;
   std::string predictionError;
+  // Several GPUs: what the host does after every GPU's passes, by the
+  // profile's rates: sums their gradients (zeroing a GPU's array, then adding
+  // it to the step's: 16 bytes a parameter a GPU, at host_mem_gbps) and runs
+  // its AdamW (cpu_adamw_params_per_s).
+  double hostSumSeconds = 0, hostAdamwSeconds = 0;
 };
 
 struct PlanReport {

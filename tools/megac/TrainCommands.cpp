@@ -108,6 +108,12 @@ static cl::opt<std::string> Bf16WeightStream(
              "a step 1% shorter within the GPU budget and --host-mem (else this machine's available memory; the "
              "host memory it takes may be worth more as grad slots). off: the weights stream as fp32"),
     cl::init("auto"), cl::value_desc("auto|on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<int> Gpus(
+    "gpus",
+    cl::desc("GPUs of this host a step runs on (default 1). Each runs --grad-accum micro-batches of its own through "
+             "the plan's schedule (a step takes N x --grad-accum of them), and the host sums their gradients before "
+             "its one AdamW step; every unit streams and steps on the host. Set at compile, recorded in checkpoints"),
+    cl::init(1), cl::value_desc("N"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> MicroBatchesPerPass(
     "micro-batches-per-pass",
     cl::desc("With --grad-accum N: micro-batches each pass carries through every unit, so that a unit streams in "
@@ -361,6 +367,8 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
     return flagError("--bf16-weight-stream must be auto, on or off, not '" + Bf16WeightStream + "'");
   so.bf16WeightStream = Bf16WeightStream == "on";
   so.bf16WeightStreamAuto = Bf16WeightStream == "auto";
+  if (Gpus < 1 || Gpus > 64) return flagError("--gpus must be between 1 and 64, got " + llvm::Twine(int(Gpus)));
+  so.gpus = Gpus;
   so.profile = profile;
   so.gpuBudgetBytes = profile.usableGpuBytes();
   if (GpuMem.getNumOccurrences()) {
@@ -471,7 +479,8 @@ static llvm::Error writeRunTimeline(const plan::Plan &plan, runtime::Trainer &t,
   if (!report) return report.takeError();
   std::string what = std::string("megac run --device ") + t.device() + ", step " + std::to_string(steps) + " of " +
                      std::to_string(steps);
-  if (plan::stepKeepsGradients(plan) && plan.optimizer().grad_accum() > 1) what += " (its last pass)";
+  if (plan::planGpus(plan) > 1) what += " (the last GPU's last pass)";
+  else if (plan::stepKeepsGradients(plan) && plan.optimizer().grad_accum() > 1) what += " (its last pass)";
   if (std::string(t.device()) == "cpu")
     what += "; the CPU backend runs one action at a time, in the order its stream seed chose";
   const std::string source = PlanIn.empty() ? plan.model_path() : std::string(PlanIn); // megac train has no plan file

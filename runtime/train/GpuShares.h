@@ -1,0 +1,27 @@
+#pragma once
+// A step over several GPUs (plan.proto's Plan.gpus): which of the step's
+// micro-batches each GPU runs, and the fault injection that tests a GPU
+// failing mid-step.
+//
+// GPU g runs micro-batches [g * M, (g + 1) * M) of the step's gpus * M, M
+// the plan's grad_accum; each keeps its gradients, and the host adds them to
+// the step's sum GPU by GPU before its one AdamW step. The loss scales are
+// the step's (each micro-batch's share of every GPU's counted targets), so
+// the sum is the gradient one GPU running all gpus * M would give, and with
+// one pass a GPU it is that bit for bit (the same additions, in the same order).
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace megac::runtime {
+
+// MEGAC_INJECT_GPU_FAULT=GPU or GPU@STEP (default step 1): GPU number GPU
+// fails at optimizer step STEP after the GPUs before it ran their share
+// (mid-step), as a device error would; the step stops before any update.
+struct GpuFaultInjection {
+  int gpu = 0;
+  int64_t step = 1;
+};
+std::optional<GpuFaultInjection> gpuFaultInjectionFromEnvironment();
+
+} // namespace megac::runtime

@@ -1,0 +1,147 @@
+// Several GPUs of one host (plan.proto's Plan.gpus; runtime/train/GpuShares.h):
+// each GPU runs its share of the step's micro-batches through the plan's
+// schedule and the host sums their gradients, GPU by GPU, before one AdamW
+// step. The CPU backend runs the shares one after another, each through the
+// stream executor's simulated device with every read checked. What it must
+// equal: one GPU running all the micro-batches with --grad-accum, bit for
+// bit where each GPU's share is one pass and no unit shares a parameter (the
+// same additions in the same order), else up to summation order.
+#include "TrainRuns.h"
+
+#include "driver/Compile.h"
+#include "runtime/plan/HostBill.h"
+#include "runtime/plan/PlanChecker.h"
+#include "runtime/plan/StreamLayout.h"
+
+using namespace megac;
+using namespace megac::testing;
+
+namespace {
+
+plan::Plan planFor(const std::string &model, int gpus, int accum, int perPass, float clip = 0) {
+  codegen::CodegenOptions co;
+  co.compute = "fp32";
+  co.schedule.gpus = gpus;
+  co.schedule.microBatches = perPass;
+  plan::Optimizer &o = co.optimizer;
+  o.set_clip(clip);
+  o.set_lr(1e-2f);
+  o.set_beta2(0.95f);
+  o.set_weight_decay(0.1f);
+  o.set_grad_accum(accum);
+  return compileFixtureWith(model, 16, co);
+}
+
+// Where the sums run in another order: the same losses and, parameter by
+// parameter, the same weights to fp32 rounding (||a - b|| / ||b||).
+void expectCloseRun(const TrainRun &want, const TrainRun &got, const plan::Plan &p, const std::string &what) {
+  ASSERT_EQ(got.losses.size(), want.losses.size()) << what;
+  for (size_t i = 0; i < want.losses.size(); ++i) EXPECT_NEAR(got.losses[i], want.losses[i], 1e-5) << what;
+  ASSERT_EQ(got.state.params.size(), want.state.params.size()) << what;
+  for (const plan::Parameter &q : p.parameters())
+    EXPECT_LT(paramError(got.state.params, want.state.params, q), 1e-4) << what << ": " << q.name();
+}
+
+TEST(GpuShares, EqualOneGpuAccumulatingEveryMicroBatch) {
+  for (const char *model : {"llama", "gpt2"}) {
+    struct Case {
+      int gpus, accum, perPass; // the several-GPU plan: accum micro-batches a GPU, perPass a pass
+      float clip;
+    };
+    for (const Case c : {Case{2, 1, 1, 0}, Case{4, 1, 1, 0}, Case{2, 2, 2, 0}, Case{2, 2, 1, 0}, Case{2, 1, 1, 1.0f}}) {
+      const std::string what = std::string(model) + ", " + std::to_string(c.gpus) + " GPUs x " + std::to_string(c.accum) +
+                               " micro-batches (" + std::to_string(c.perPass) + " a pass)" + (c.clip > 0 ? ", clip" : "");
+      const plan::Plan several = planFor(model, c.gpus, c.accum, c.perPass, c.clip);
+      const plan::Plan one = planFor(model, 1, c.gpus * c.accum, c.perPass, c.clip);
+      ASSERT_EQ(several.gpus(), c.gpus) << what;
+      EXPECT_EQ(plan::planGpus(one), 1) << what;
+      EXPECT_FALSE(several.schedule().overlap_steps()) << what << ": the host sums every GPU's gradients first";
+      for (const plan::Unit &u : several.units()) EXPECT_FALSE(u.resident() || u.adamw_on_gpu()) << what << " " << u.name();
+      const int mbs = c.gpus * c.accum;
+      // Bit for bit where each GPU's share is one pass and no parameter is
+      // shared by units (a tied one's contributions add in another order).
+      bool tied = false;
+      for (const plan::Parameter &q : one.parameters()) tied |= q.units_size() > 1;
+      for (uint64_t seed : {1u, 2u}) {
+        const TrainRun want = trainRun(one, model, streamedOptions(seed), 3, mbs);
+        const TrainRun got = trainRun(several, model, streamedOptions(seed), 3, mbs);
+        if (c.accum == c.perPass && !tied) expectSameRun(want, got, what);
+        else expectCloseRun(want, got, one, what);
+        EXPECT_GT(want.losses.front(), want.losses.back()) << what << ": it trains";
+      }
+      // The direct CPU path, a pass a micro-batch, runs the shares the same way.
+      runtime::CpuOptions direct;
+      direct.streamSchedule = false;
+      const TrainRun want = trainRun(one, model, direct, 2, mbs), got = trainRun(several, model, direct, 2, mbs);
+      if (c.accum == 1 && !tied) expectSameRun(want, got, what + ", direct path");
+      else expectCloseRun(want, got, one, what + ", direct path");
+    }
+  }
+}
+
+TEST(GpuShares, PlanCheckerAndCompileRefuseUnitsThatSkipTheHostSum) {
+  plan::Plan p = planFor("llama", 2, 1, 1);
+  ASSERT_FALSE(llvm::errorToBool(plan::checkPlan(p)));
+  for (int mutation = 0; mutation < 3; ++mutation) {
+    plan::Plan bad = p;
+    if (mutation == 0) bad.mutable_units(0)->set_resident(true);
+    if (mutation == 1) bad.mutable_units(1)->set_adamw_on_gpu(true);
+    if (mutation == 2) bad.set_gpus(65);
+    auto e = plan::checkPlan(bad);
+    ASSERT_TRUE(bool(e)) << mutation;
+    const std::string msg = llvm::toString(std::move(e));
+    EXPECT_NE(msg.find(mutation == 2 ? "65 GPUs" : "GPUs, whose host sums every unit's gradients"), std::string::npos)
+        << msg;
+  }
+  // Given by hand, a unit kept off the host's sum is an error at compile.
+  codegen::CodegenOptions co;
+  co.schedule.gpus = 2;
+  co.schedule.residentUnits = 2;
+  frontend::ImportOptions io;
+  io.batch = 2;
+  io.seq = 16;
+  auto r = driver::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError()).find("--resident-units 2 with --gpus 2"), std::string::npos);
+  co.schedule.residentUnits = -1;
+  co.schedule.gpuAdamwUnits = 1;
+  r = driver::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  ASSERT_FALSE(bool(r));
+  EXPECT_NE(llvm::toString(r.takeError()).find("--gpu-adamw-units 1 with --gpus 2"), std::string::npos);
+  // auto for both: none.
+  co.schedule.gpuAdamwUnits = -1;
+  r = driver::compileForTraining(fixtureDir("llama") + "/model.onnx", io, {}, co);
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  for (const plan::Unit &u : r->units()) EXPECT_FALSE(u.resident() || u.adamw_on_gpu()) << u.name();
+  // The host bill: the step's sum and one GPU's gradients.
+  auto bill = plan::hostBill(*r);
+  ASSERT_TRUE(bool(bill)) << llvm::toString(bill.takeError());
+  EXPECT_EQ(bill->gradients, 8 * r->total_parameters());
+}
+
+// A GPU that fails mid-step (MEGAC_INJECT_GPU_FAULT=GPU@STEP) stops the step
+// with an error naming it, before any update: the host state is the last
+// step's, and a run from it goes on as one that never failed.
+TEST(GpuShares, AFailingGpuStopsTheStepBeforeAnyUpdate) {
+  const plan::Plan p = planFor("llama", 2, 1, 1);
+  const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), 2);
+  const TrainRun want = trainRun(p, "llama", streamedOptions(3), 2, 2);
+  ::setenv("MEGAC_INJECT_GPU_FAULT", "1@2", 1);
+  auto t = withWeights(runtime::Trainer::create(p, streamedOptions(3)), p);
+  ::unsetenv("MEGAC_INJECT_GPU_FAULT");
+  ASSERT_TRUE(t);
+  ASSERT_TRUE(bool(t->step(mbs, 1e-2f)));
+  const runtime::HostState before = t->currentState();
+  auto failed = t->step(mbs, 1e-2f);
+  ASSERT_FALSE(bool(failed));
+  EXPECT_NE(llvm::toString(failed.takeError()).find("GPU 1 of 2: injected fault at step 2"), std::string::npos);
+  const runtime::HostState &after = t->currentState();
+  EXPECT_EQ(after.step, 1);
+  EXPECT_TRUE(sameBits(after.params, before.params) && sameBits(after.m, before.m) && sameBits(after.v, before.v));
+  auto again = t->step(mbs, 1e-2f); // the fault was step 2's: the step runs again, now as step 2
+  ASSERT_TRUE(bool(again)) << llvm::toString(again.takeError());
+  EXPECT_EQ(again->loss, want.losses[1]);
+  EXPECT_TRUE(sameBits(t->currentState().params, want.state.params));
+}
+
+} // namespace
