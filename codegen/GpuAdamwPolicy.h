@@ -22,6 +22,16 @@ llvm::Expected<int> parseGpuAdamwUnits(llvm::StringRef s);
 // The streamed units whose AdamW may run on the GPU, in forward order.
 std::vector<int> gpuAdamwCandidates(const plan::Plan &p);
 
+// The gain auto's choice must be predicted over none: more than the model's
+// error for streamed units stepped on the GPU, which it has favoured each
+// time it was measured: the 2.8B bench's embedding predicted 0.9% faster,
+// measured 5% slower (H200, 2026-12-05); the 8B all streamed with 8 units
+// predicted as fast as none, measured 2% slower (H100, 2026-12-06 midday);
+// with 5 units and the bf16 stream predicted 4.8% faster, measured 1.5%
+// slower (2.564 against 2.526 s, H100, 2026-12-06 19:20; its copies of the
+// moments made H2D the critical lane).
+inline constexpr double kGpuAdamwMinGain = 0.07;
+
 // The policies that run after this one (weight slots, the host's update
 // order, the bf16 weight stream), applied to a plan and its options: what
 // auto compares is each choice's step as they leave it, since they change it
@@ -36,10 +46,9 @@ using FinishPlan = llvm::function_ref<llvm::Error(plan::Plan &, ScheduleOptions 
 // AdamW), each count finished by `finish` and predicted; per start, the
 // fewest whose step is within 0.5% of the fastest count that keeps the plan
 // within 97% of the GPU budget; the start that predicts the shorter step;
-// and none unless that step is predicted 3% shorter than with none (the
-// model's error: on the 2.8B bench it predicted a 0.9% gain where the run
-// measured a 5% loss); none where the step keeps its gradients (--clip,
-// --grad-accum), whose AdamW waits for the whole step. A count over the
+// and none unless that step is predicted kGpuAdamwMinGain shorter than with
+// none; none where the step keeps its gradients (--clip, --grad-accum,
+// several GPUs), whose AdamW waits for the whole step. A count over the
 // candidates is an error. The caller finishes the plan after this.
 llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o, FinishPlan finish);
 

@@ -37,8 +37,7 @@ llvm::Expected<HostBill> hostBill(const Plan &p) {
   HostBill h;
   h.masterWeights = 4 * parameters;
   h.adamMoments = 8 * parameters;
-  // Several GPUs: the step's sum and the GPU's gradients being added to it.
-  h.gradients = stepKeepsGradients(p) ? (planGpus(p) > 1 ? 8 : 4) * parameters : 0;
+  h.gradients = stepKeepsGradients(p) ? 4 * parameters : 0;
   h.pinnedStaging = p.schedule().pinned_staging_bytes();
   h.pinnedCheckpoints = p.schedule().pinned_checkpoint_bytes();
   h.bf16Weights = 2 * bf16WeightLayout(p).elements;

@@ -4,11 +4,12 @@
 // failing mid-step.
 //
 // GPU g runs micro-batches [g * M, (g + 1) * M) of the step's gpus * M, M
-// the plan's grad_accum; each keeps its gradients, and the host adds them to
-// the step's sum GPU by GPU before its one AdamW step. The loss scales are
-// the step's (each micro-batch's share of every GPU's counted targets), so
-// the sum is the gradient one GPU running all gpus * M would give, and with
-// one pass a GPU it is that bit for bit (the same additions, in the same order).
+// the plan's grad_accum, and the host adds each unit's gradients to the
+// step's sum as they land, GPU by GPU; the last GPU's last pass steps each
+// parameter as its sum completes (after the whole step with --clip). The
+// loss scales are the step's (each micro-batch's share of every GPU's
+// counted targets), so this is one GPU running all gpus * M micro-batches
+// with --grad-accum, bit for bit: the same additions in the same order.
 #include <cstdint>
 #include <optional>
 #include <string>

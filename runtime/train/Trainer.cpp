@@ -352,7 +352,8 @@ bool Trainer::keepsGradients(size_t microBatches) const {
 }
 
 bool Trainer::stepsInLastPass(size_t microBatches) const {
-  if (plan_.optimizer().clip() > 0 || microBatches <= size_t(microBatchesPerPass()) || plan::planGpus(plan_) > 1)
+  // Over several GPUs, earlier GPUs' shares have added to the sum before the last one's last pass.
+  if (plan_.optimizer().clip() > 0 || (microBatches <= size_t(microBatchesPerPass()) && plan::planGpus(plan_) == 1))
     return false;
   for (const plan::Unit &u : plan_.units())
     if (u.resident() || u.adamw_on_gpu()) return false;
@@ -371,13 +372,13 @@ llvm::Expected<std::vector<double>> Trainer::evalLosses(const std::vector<std::p
 
 llvm::Expected<double> Trainer::runPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
                                           const std::vector<float> &weights, std::vector<float> *grads, float lr,
-                                          bool &stepped) {
+                                          bool &stepped, bool mayStep) {
   const size_t perPass = size_t(microBatchesPerPass());
   stepped = false;
   if (microBatches.empty() || microBatches.size() % perPass != 0 || weights.size() != microBatches.size())
     return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's passes carry " +
                llvm::Twine(perPass) + " each");
-  const bool inLastPass = grads && stepsInLastPass(microBatches.size());
+  const bool inLastPass = grads && mayStep && stepsInLastPass(microBatches.size());
   double lossSum = 0;
   for (size_t first = 0; first < microBatches.size(); first += perPass) {
     const std::vector<float> scales(weights.begin() + long(first), weights.begin() + long(first + perPass));
@@ -404,7 +405,6 @@ llvm::Expected<double> Trainer::runStepPasses(const std::vector<std::pair<Tensor
   if (!grads || share == 0 || microBatches.size() % size_t(gpus) != 0 || weights.size() != microBatches.size())
     return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's " + llvm::Twine(gpus) +
                " GPUs run the same number each");
-  if (gpuGrads_.size() != size_t(hostElements_)) gpuGrads_.assign(size_t(hostElements_), 0.0f);
   double loss = 0;
   for (int g = 0; g < gpus; ++g) {
     const std::string which = "GPU " + std::to_string(g) + " of " + std::to_string(gpus);
@@ -413,21 +413,18 @@ llvm::Expected<double> Trainer::runStepPasses(const std::vector<std::pair<Tensor
       return err(which + ": injected fault at step " + llvm::Twine(state_.step) +
                  " (MEGAC_INJECT_GPU_FAULT); the step stopped before any update");
     }
-    cpu::parallelFor(hostElements_, 1 << 20, [&](int64_t begin, int64_t end) {
-      std::memset(gpuGrads_.data() + begin, 0, size_t(end - begin) * 4);
-    });
     const auto first = long(size_t(g) * share), last = long(size_t(g + 1) * share);
     const std::vector<std::pair<Tensor, Tensor>> mine(microBatches.begin() + first, microBatches.begin() + last);
     const std::vector<float> scales(weights.begin() + first, weights.begin() + last);
-    bool unused = false;
-    auto l = runPasses(mine, scales, &gpuGrads_, lr, unused);
+    // The host's sum: each unit's gradients added to the step's as they land.
+    bool steppedHere = false;
+    auto l = runPasses(mine, scales, grads, lr, steppedHere, /*mayStep=*/g == gpus - 1);
     if (!l)
       return llvm::handleErrors(l.takeError(), [&](std::unique_ptr<llvm::StringError> e) -> llvm::Error {
         return err(which + ": " + e->getMessage());
       });
     loss += *l;
-    // The host's sum, GPU by GPU.
-    cpu::addInto(grads->data(), gpuGrads_.data(), hostElements_);
+    stepped |= steppedHere;
   }
   return loss;
 }

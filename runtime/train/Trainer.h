@@ -169,12 +169,16 @@ protected:
   // steps in its pass). The step's loss; `stepped`: the last pass stepped
   // every parameter (stepsInLastPass). A pass that counts no target is
   // skipped where the step keeps its gradients (not the last one that steps).
+  // `mayStep`: the last pass may step (false: a later share adds to `grads`).
   llvm::Expected<double> runPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
-                                   const std::vector<float> &weights, std::vector<float> *grads, float lr, bool &stepped);
+                                   const std::vector<float> &weights, std::vector<float> *grads, float lr, bool &stepped,
+                                   bool mayStep = true);
   // A step's passes: runPasses, or in a plan for several GPUs
   // (runtime/train/GpuShares.h) each GPU's share of the micro-batches through
-  // runPasses into gpuGrads_, added to `grads` (which it needs) GPU by GPU.
-  // This backend runs the shares one after another on its one device.
+  // runPasses, its gradients added to the step's `grads` (which it needs) as
+  // they land, GPU by GPU; the last GPU's last pass steps each parameter as
+  // its sum completes, where no clip waits for the norm. This backend runs
+  // the shares one after another on its one device.
   llvm::Expected<double> runStepPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
                                        const std::vector<float> &weights, std::vector<float> *grads, float lr,
                                        bool &stepped);
@@ -220,7 +224,6 @@ protected:
   bool emulateCompute_ = false;
   std::optional<NanInjection> injectNan_; // MEGAC_INJECT_NAN (runtime/train/NonFinite.h)
   std::optional<GpuFaultInjection> injectGpuFault_; // MEGAC_INJECT_GPU_FAULT (runtime/train/GpuShares.h)
-  std::vector<float> gpuGrads_; // several GPUs: the gradients of the GPU whose share runs
 
 private:
   Tensor paramTensor(int32_t id) const;

@@ -1,8 +1,8 @@
 // A plan for several GPUs (runtime/train/GpuShares.h) on the CUDA runtime,
 // which runs the GPUs' shares one after another on its one GPU: the host's
 // sum of their gradients trains as one GPU accumulating every micro-batch,
-// bit for bit (fp32, llama: no tied parameter, one pass a share), and a
-// GPU failing mid-step leaves the host state as the last step left it.
+// bit for bit (fp32; gpt2's tied weights too), and a GPU failing mid-step
+// leaves the host state as the last step left it.
 #include "../unit/TrainRuns.h"
 #include "GpuTrainerUtil.h"
 #include "runtime/plan/StreamLayout.h"
@@ -14,31 +14,34 @@ using namespace megac::testing;
 
 namespace {
 
-plan::Plan sharesPlan(int gpus, int accum) {
+plan::Plan sharesPlan(int gpus, int accum, const char *model = "llama") {
   codegen::CodegenOptions co;
   co.compute = "fp32";
   co.schedule.gpus = gpus;
   co.optimizer.set_lr(1e-2f);
   co.optimizer.set_grad_accum(accum);
-  return compileFixtureWith("llama", 16, co);
+  return compileFixtureWith(model, 16, co);
 }
 
 TEST(GpuShares, TrainAsOneGpuAccumulatingBitForBit) {
-  TrainRun runs[2];
-  for (int several = 0; several < 2; ++several) {
-    const plan::Plan p = several ? sharesPlan(2, 1) : sharesPlan(1, 2);
-    ASSERT_EQ(plan::planGpus(p), several ? 2 : 1);
-    const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), 2);
-    auto gpu = gpuTrainer(p);
-    ASSERT_TRUE(gpu);
-    for (int s = 0; s < 3; ++s) {
-      auto st = gpu->step(mbs, 1e-2f);
-      ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-      runs[several].losses.push_back(st->loss);
+  for (const char *model : {"llama", "gpt2"}) {
+    SCOPED_TRACE(model);
+    TrainRun runs[2];
+    for (int several = 0; several < 2; ++several) {
+      const plan::Plan p = several ? sharesPlan(2, 1, model) : sharesPlan(1, 2, model);
+      ASSERT_EQ(plan::planGpus(p), several ? 2 : 1);
+      const auto mbs = fixtureMicroBatches(model, p.ignore_index(), 2);
+      auto gpu = gpuTrainer(p);
+      ASSERT_TRUE(gpu);
+      for (int s = 0; s < 3; ++s) {
+        auto st = gpu->step(mbs, 1e-2f);
+        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+        runs[several].losses.push_back(st->loss);
+      }
+      runs[several].state = gpu->currentState();
     }
-    runs[several].state = gpu->currentState();
+    expectSameRun(runs[0], runs[1], "2 GPUs' shares against --grad-accum 2");
   }
-  expectSameRun(runs[0], runs[1], "2 GPUs' shares against --grad-accum 2");
 }
 
 TEST(GpuShares, AFailingGpuStopsTheStepBeforeAnyUpdate) {

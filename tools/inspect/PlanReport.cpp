@@ -113,10 +113,6 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   r.d2hBytesPerStep = r.d2hBytesPerPass * m.passesPerStep;
 
   r.profileName = profile.description;
-  if (m.gpus > 1) {
-    r.hostSumSeconds = 16.0 * double(m.gpus) * double(m.parameters) / (profile.hostMemGBps * 1e9);
-    r.hostAdamwSeconds = double(m.parameters) / profile.cpuAdamwParamsPerS;
-  }
   auto prediction = predictStep(p, profile);
   if (prediction) {
     r.predicted = true;
@@ -177,6 +173,7 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
   const Optimizer &o = p.optimizer();
   m.microBatchesPerStep = std::max<int64_t>(o.grad_accum(), 1);
   m.gpus = planGpus(p);
+  m.clipped = o.clip() > 0;
   const int64_t perPass = p.has_schedule() ? passMicroBatches(p.schedule()) : 1;
   m.passesPerStep = perPass > 0 && m.microBatchesPerStep % perPass == 0 ? m.microBatchesPerStep / perPass : m.microBatchesPerStep;
   m.keepsGradients = stepKeepsGradients(p);
@@ -184,7 +181,7 @@ llvm::Expected<PlanReport> reportPlan(const Plan &p, const MachineProfile &profi
   m.adamMomentBytes = bill->adamMoments;
   m.gradientBytes = bill->gradients;
   m.hostBytes = m.masterWeightBytes + m.adamMomentBytes + m.gradientBytes;
-  m.bytesPerParameter = 12 + m.gradientBytes / std::max<int64_t>(m.parameters, 1);
+  m.bytesPerParameter = m.keepsGradients ? 16 : 12;
   m.streamBytesPerMicroBatch = m.streamWeightsInBytes + m.streamGradientsOutBytes;
   m.streamBytesPerStep = m.streamBytesPerMicroBatch * m.microBatchesPerStep;
   if (p.has_schedule()) {
@@ -254,8 +251,9 @@ static std::string gradientsWhy(const MemoryReport &m) {
     return m.microBatchesPerStep > 1 ? " (not kept: no clip, and one pass sums the micro-batches on the GPU)"
                                      : " (not kept: no clip, grad-accum 1)";
   if (m.gpus > 1)
-    return " (kept: the step's sum and a GPU's own; the host adds each of the " + std::to_string(m.gpus) +
-           " GPUs' to the sum, then steps)";
+    return " (kept: the host adds each of the " + std::to_string(m.gpus) +
+           " GPUs' gradients to them as they land; the last GPU's last pass steps each parameter as its sum completes" +
+           (m.clipped ? std::string(", after the clip's global norm here") : std::string()) + ")";
   if (m.passesPerStep > 1)
     return " (kept: the step's " + std::to_string(m.passesPerStep) + " passes add to them)";
   return " (kept: the clip waits for the global norm, then every unit's AdamW runs on the host after the step)";
@@ -355,13 +353,12 @@ static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s, int6
   os << "  step time: " << seconds(pr.stepSeconds) << " per " << (s.microBatchesPerPass > 1 ? "pass of " + std::to_string(s.microBatchesPerPass) + " micro-batches" : std::string("micro-batch"))
      << " (" << s.actions << " actions)\n";
   if (gpus > 1) {
-    const double passes = double(passesPerStep) * pr.stepSeconds, host = s.hostSumSeconds + s.hostAdamwSeconds;
-    os << "  a step on " << gpus << " GPUs at once: at least " << seconds(passes + host) << " (each GPU's "
-       << passesPerStep << (passesPerStep == 1 ? " pass " : " passes ") << seconds(passes)
-       << ", then the host's sum of their gradients " << seconds(s.hostSumSeconds) << " and its AdamW "
-       << seconds(s.hostAdamwSeconds) << "; the host memory the GPUs' copies share is not modelled)\n";
-    os << "  this megac runs the GPUs' shares one after another on one device: "
-       << seconds(double(gpus) * passes + host) << " a step\n";
+    const double passes = double(passesPerStep) * pr.stepSeconds;
+    os << "  a step on " << gpus << " GPUs at once: at least " << seconds(passes) << " (each GPU's " << passesPerStep
+       << (passesPerStep == 1 ? " pass" : " passes")
+       << "; the host's sums of their gradients and the host memory the GPUs' copies share are not modelled)\n";
+    os << "  this megac runs the GPUs' shares one after another on one device: at least "
+       << seconds(double(gpus) * passes) << " a step\n";
   } else if (passesPerStep > 1) {
     os << "  a step of " << passesPerStep << " passes: at least " << seconds(double(passesPerStep) * pr.stepSeconds)
        << " (the host's sums between the passes and its AdamW are not modelled)\n";

@@ -57,6 +57,7 @@ struct MemoryReport {
   int64_t microBatchesPerStep = 1; // a GPU's (grad_accum)
   int64_t passesPerStep = 1; // grad_accum over the schedule's micro-batches per pass
   int gpus = 1;              // plan::planGpus: each runs microBatchesPerStep a step
+  bool clipped = false;      // --clip: the AdamW waits for the global norm
   int64_t streamWeightsInBytes = 0; // per micro-batch, forward + backward
   int64_t streamGradientsOutBytes = 0;
   int64_t streamBytesPerMicroBatch = 0;
@@ -110,11 +111,6 @@ struct ScheduleReport {
   bool predicted = false;
   StepPrediction prediction;
   std::string predictionError;
-  // Several GPUs: what the host does after every GPU's passes, by the
-  // profile's rates: sums their gradients (zeroing a GPU's array, then adding
-  // it to the step's: 16 bytes a parameter a GPU, at host_mem_gbps) and runs
-  // its AdamW (cpu_adamw_params_per_s).
-  double hostSumSeconds = 0, hostAdamwSeconds = 0;
 };
 
 struct PlanReport {
