@@ -112,7 +112,8 @@ static cl::opt<int> Gpus(
     "gpus",
     cl::desc("GPUs of this host a step runs on (default 1). Each runs --grad-accum micro-batches of its own through "
              "the plan's schedule (a step takes N x --grad-accum of them), and the host sums their gradients before "
-             "its one AdamW step; every unit streams and steps on the host. Set at compile, recorded in checkpoints"),
+             "its one AdamW step; every unit streams and steps on the host. Set at compile, recorded in checkpoints. "
+             "This megac runs the GPUs' shares one after another on one device"),
     cl::init(1), cl::value_desc("N"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> MicroBatchesPerPass(
     "micro-batches-per-pass",
@@ -165,8 +166,8 @@ static cl::opt<float> Clip("clip",
                                     "step's gradients then wait on the host for the norm"),
                            cl::init(0.0f), OPT_SUBS);
 static cl::opt<int64_t> GradAccum("grad-accum",
-                                  cl::desc("Micro-batches per optimizer step (default 1). Set at compile: each pass "
-                                           "carries --micro-batches-per-pass of them through every unit"),
+                                  cl::desc("Micro-batches per optimizer step (default 1; each GPU's with --gpus). Set at compile: "
+                                           "each pass carries --micro-batches-per-pass of them through every unit"),
                                   cl::init(1), OPT_SUBS);
 static cl::opt<bool> NoFiniteCheck(
     "no-finite-check",
