@@ -87,6 +87,55 @@ static double bothWays(void *dDst, const void *hSrc, void *hDst, const void *dSr
   return 2.0 * double(bytes) * reps / t / 1e9;
 }
 
+// Both-way pinned copies to and from every GPU at once (`--gpus N` plans:
+// N GPUs pull weights and push gradients through the same host memory), in
+// GB/s summed over the GPUs: each GPU its own pinned buffers and streams.
+struct GpuCopySide {
+  void *h1, *h2, *d1, *d2;
+  cudaStream_t s1, s2;
+};
+static void syncEveryGpu(int gpus) {
+  for (int g = 0; g < gpus; ++g) {
+    CHECK_CUDA(cudaSetDevice(g));
+    CHECK_CUDA(cudaDeviceSynchronize());
+  }
+}
+static double allGpusBothWays(int gpus, size_t bytes, int reps) {
+  std::vector<GpuCopySide> sides(static_cast<size_t>(gpus));
+  for (int g = 0; g < gpus; ++g) {
+    GpuCopySide &x = sides[size_t(g)];
+    CHECK_CUDA(cudaSetDevice(g));
+    CHECK_CUDA(cudaHostAlloc(&x.h1, bytes, cudaHostAllocPortable));
+    CHECK_CUDA(cudaHostAlloc(&x.h2, bytes, cudaHostAllocPortable));
+    std::memset(x.h1, 1, bytes);
+    CHECK_CUDA(cudaMalloc(&x.d1, bytes));
+    CHECK_CUDA(cudaMalloc(&x.d2, bytes));
+    CHECK_CUDA(cudaStreamCreate(&x.s1));
+    CHECK_CUDA(cudaStreamCreate(&x.s2));
+  }
+  syncEveryGpu(gpus);
+  const double t0 = seconds();
+  for (int g = 0; g < gpus; ++g) {
+    GpuCopySide &x = sides[size_t(g)];
+    CHECK_CUDA(cudaSetDevice(g));
+    issueBothWays(x.s1, x.s2, x.d1, x.h1, x.h2, x.d2, bytes, reps);
+  }
+  syncEveryGpu(gpus);
+  const double t = seconds() - t0;
+  for (int g = 0; g < gpus; ++g) {
+    GpuCopySide &x = sides[size_t(g)];
+    CHECK_CUDA(cudaSetDevice(g));
+    CHECK_CUDA(cudaStreamDestroy(x.s1));
+    CHECK_CUDA(cudaStreamDestroy(x.s2));
+    CHECK_CUDA(cudaFree(x.d1));
+    CHECK_CUDA(cudaFree(x.d2));
+    CHECK_CUDA(cudaFreeHost(x.h1));
+    CHECK_CUDA(cudaFreeHost(x.h2));
+  }
+  CHECK_CUDA(cudaSetDevice(0));
+  return 2.0 * double(bytes) * reps * gpus / t / 1e9;
+}
+
 // Operands of random values: all-zero matrices let the tensor cores run
 // cooler and faster than any real product does.
 __global__ void fillRandom(uint8_t *p, size_t bytes, size_t elemBytes) {
@@ -382,6 +431,9 @@ int main(int argc, char **argv) {
   double adamw = adamwParamsPerSecond(int64_t(1) << 27);
   // About 1.3 s of copies; AdamW over 2^25 parameters (8 ms a step alone) keeps pace.
   auto [adamwDma, bothAdamw] = adamwUnderDma(int64_t(1) << 25, d1, h1, h2, d2, bytes, 64);
+  int gpus = 1;
+  CHECK_CUDA(cudaGetDeviceCount(&gpus));
+  const double allGpusBoth = allGpusBothWays(gpus, size_t(1) << 28, 8);
 
   std::string profile;
   char line[256];
@@ -405,6 +457,8 @@ int main(int argc, char **argv) {
   add("cpu_adamw_params_per_s", adamw);
   add("cpu_adamw_under_dma_params_per_s", adamwDma);
   add("pcie_both_under_adamw_gbps", bothAdamw);
+  add("gpus", gpus);
+  add("pcie_all_gpus_both_gbps", allGpusBoth);
   add("gpu_mem_gib", double(totalB) / double(1ull << 30));
   add("gpu_mem_free_gib", double(freeB) / double(1ull << 30));
   std::fputs(profile.c_str(), stdout);

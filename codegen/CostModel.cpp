@@ -211,11 +211,21 @@ llvm::Expected<ProgramWork> programWork(const Program &p, bool bf16Operands, Cop
 
 // --- rates ---
 
-llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode) {
+double gpuCopyShare(const MachineProfile &m, int gpus) {
+  if (gpus <= 1) return 1;
+  if (m.pcieAllGpusBothGBps <= 0 || m.gpus < gpus) return 0;
+  return std::min(1.0, m.pcieAllGpusBothGBps / double(gpus) / m.pcieBothGBps);
+}
+
+llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode, int gpusAtOnce) {
   CostRates r;
-  r.h2dBytesPerS = m.pcieH2dGBps * 1e9;
-  r.d2hBytesPerS = m.pcieD2hGBps * 1e9;
-  r.bothBytesPerS = m.pcieBothGBps * 1e9;
+  const double share = gpuCopyShare(m, gpusAtOnce);
+  if (!(share > 0))
+    return err("the machine profile did not measure copies to and from " + llvm::Twine(gpusAtOnce) +
+               " GPUs at once (megac_profile on a machine with them: gpus, pcie_all_gpus_both_gbps)");
+  r.h2dBytesPerS = m.pcieH2dGBps * 1e9 * share;
+  r.d2hBytesPerS = m.pcieD2hGBps * 1e9 * share;
+  r.bothBytesPerS = m.pcieBothGBps * 1e9 * share;
   r.hbmBytesPerS = m.gpuHbmGBps * 1e9;
   r.adamwParamsPerS = m.cpuAdamwParamsPerS;
   if (computeMode == "bf16") {
@@ -705,9 +715,9 @@ llvm::Expected<StepPrediction> measuredStep(const Plan &p, const MachineProfile 
   return ScheduleSim(p, *rates).measured(times);
 }
 
-llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m) {
+llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m, int gpusAtOnce) {
   if (!p.has_schedule()) return err("the plan has no streaming schedule (compiled for the CPU only)");
-  auto rates = costRates(m, p.compute());
+  auto rates = costRates(m, p.compute(), gpusAtOnce);
   if (!rates) return rates.takeError();
   return ScheduleSim(p, *rates).run();
 }

@@ -80,8 +80,14 @@ struct CostRates {
   // the profile did not measure it.
   double adamwUnderDmaFactor = 1, dmaUnderAdamwFactor = 1;
 };
-// Fails on an unknown compute mode or a non-positive rate.
-llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode);
+// Fails on an unknown compute mode or a non-positive rate. `gpusAtOnce`: the
+// GPUs copying at the same time (a --gpus plan's), each at
+// gpuCopyShare(m, gpusAtOnce) of its PCIe rates.
+llvm::Expected<CostRates> costRates(const MachineProfile &m, const std::string &computeMode, int gpusAtOnce = 1);
+// The part of one GPU's both-way copy rate each of `gpus` GPUs gets when all
+// copy at once: pcie_all_gpus_both_gbps / gpus over pcie_both_gbps, at most 1;
+// 1 for one GPU. 0 where the profile did not measure that many GPUs at once.
+double gpuCopyShare(const MachineProfile &m, int gpus);
 // Seconds the GPU spends on a program's work at these rates, alone.
 inline double programSeconds(const ProgramWork &w, const CostRates &r) {
   return w.gemmFlops / r.gemmFlopsPerS + w.attentionFlops / r.attentionFlopsPerS +
@@ -121,7 +127,8 @@ struct StepPrediction {
 };
 
 // Needs p.has_schedule(). Fails on dangling ids (units, events, actions).
-llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m);
+// `gpusAtOnce`: one GPU's pass while that many copy at once (costRates).
+llvm::Expected<StepPrediction> predictStep(const Plan &p, const MachineProfile &m, int gpusAtOnce = 1);
 
 // One micro-batch as a run measured it: `times` holds each schedule action's
 // (start, end) in seconds from the micro-batch's start (an action that did

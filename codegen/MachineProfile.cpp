@@ -29,6 +29,8 @@ static std::map<std::string, double MachineProfile::*> profileKeys() {
       {"attention_bf16_ps_per_elem", &MachineProfile::attentionBf16PsPerElem},
       {"cpu_adamw_under_dma_params_per_s", &MachineProfile::cpuAdamwUnderDmaParamsPerS},
       {"pcie_both_under_adamw_gbps", &MachineProfile::pcieBothUnderAdamwGBps},
+      {"gpus", &MachineProfile::gpus},
+      {"pcie_all_gpus_both_gbps", &MachineProfile::pcieAllGpusBothGBps},
   };
 }
 
@@ -58,6 +60,7 @@ llvm::Expected<MachineProfile> parseMachineProfile(llvm::StringRef text, llvm::S
     if (it == keys.end()) return fail("unknown key '" + key + "'");
     double v = 0;
     if (value.getAsDouble(v) || !(v > 0)) return fail(key + " must be a positive number, got '" + value + "'");
+    if (key == "gpus" && v != double(int64_t(v))) return fail("gpus must be a whole number, got '" + value + "'");
     if (seenAt.count(key.str())) return fail(key + " is given twice (also on line " + llvm::Twine(seenAt[key.str()]) + ")");
     seenAt[key.str()] = lineNo;
     mp.*(it->second) = v;
@@ -67,8 +70,10 @@ llvm::Expected<MachineProfile> parseMachineProfile(llvm::StringRef text, llvm::S
     // Not measured on that machine: no host-memory contention modelled, and
     // the attention rate (if given) includes its work beyond the flops.
     if (kv.first == "cpu_adamw_under_dma_params_per_s" || kv.first == "pcie_both_under_adamw_gbps" ||
-        kv.first == "attention_bf16_ps_per_elem")
+        kv.first == "attention_bf16_ps_per_elem" || kv.first == "pcie_all_gpus_both_gbps")
       mp.*(kv.second) = 0;
+    else if (kv.first == "gpus")
+      mp.gpus = 1;
     else return err(source + ": the profile does not give " + kv.first);
   }
   return mp;

@@ -43,6 +43,13 @@ struct MachineProfile {
   // host's memory bandwidth, so each goes slower than alone.
   double cpuAdamwUnderDmaParamsPerS = 3.134e9;
   double pcieBothUnderAdamwGBps = 69.02;
+  // gpus and pcie_all_gpus_both_gbps (optional; 0: not measured): the
+  // machine's GPUs, and both-way pinned copies to and from all of them at
+  // once, summed: what N GPUs of a `--gpus N` plan share (each GPU's copies
+  // then run at most pcie_all_gpus_both_gbps / N). The built-in profile's
+  // machine has one GPU.
+  double gpus = 1;
+  double pcieAllGpusBothGBps = 0;
 
   // The GPU memory a plan may use by default (--gpu-mem): the free memory.
   int64_t usableGpuBytes() const { return gibToBytes(gpuMemFreeGiB); }

@@ -1,6 +1,7 @@
 // Machine profiles (codegen/MachineProfile.h): the committed H200
 // profile parses to exactly the built-in default, and bad files are errors
 // naming the line.
+#include "codegen/CostModel.h"
 #include "codegen/MachineProfile.h"
 
 #include <gtest/gtest.h>
@@ -57,6 +58,31 @@ TEST(MachineProfile, ParsesEveryKey) {
   EXPECT_EQ(p->cpuAdamwUnderDmaParamsPerS, 0);
   EXPECT_EQ(p->attentionBf16PsPerElem, 0);
   EXPECT_EQ(p->pcieBothUnderAdamwGBps, 0);
+  EXPECT_EQ(p->gpus, 1);
+  EXPECT_EQ(p->pcieAllGpusBothGBps, 0);
+}
+
+// Copies to and from every GPU at once (megac_profile on a machine with
+// several): each of N GPUs copying at once keeps pcie_all_gpus_both_gbps / N
+// of its rate, at most all of it; a count the profile did not measure has no
+// share, and a prediction for it is an error that says what to measure.
+TEST(MachineProfile, GpusCopyingAtOnceShareTheMeasuredRate) {
+  auto p = parseMachineProfile(std::string(kComplete) + "gpus = 4\npcie_all_gpus_both_gbps = 6\n", "t");
+  ASSERT_TRUE(bool(p)) << llvm::toString(p.takeError());
+  EXPECT_EQ(p->gpus, 4);
+  EXPECT_DOUBLE_EQ(gpuCopyShare(*p, 1), 1.0);
+  EXPECT_DOUBLE_EQ(gpuCopyShare(*p, 2), 1.0); // 6 / 2 = 3: pcie_both_gbps, not more
+  EXPECT_DOUBLE_EQ(gpuCopyShare(*p, 4), 0.5);
+  EXPECT_EQ(gpuCopyShare(*p, 8), 0.0);
+  auto r = costRates(*p, "bf16", 4);
+  ASSERT_TRUE(bool(r)) << llvm::toString(r.takeError());
+  EXPECT_DOUBLE_EQ(r->h2dBytesPerS, 0.5e9);
+  EXPECT_DOUBLE_EQ(r->bothBytesPerS, 1.5e9);
+  auto none = costRates(*p, "bf16", 8);
+  ASSERT_FALSE(bool(none));
+  EXPECT_NE(llvm::toString(none.takeError()).find("did not measure copies to and from 8 GPUs at once"), std::string::npos);
+  EXPECT_NE(errorOf(parseMachineProfile(std::string(kComplete) + "gpus = 1.5\n", "f")).find("gpus must be a whole number"),
+            std::string::npos);
 }
 
 TEST(MachineProfile, BadFilesAreErrorsNamingTheLine) {

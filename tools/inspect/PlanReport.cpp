@@ -113,6 +113,12 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   r.d2hBytesPerStep = r.d2hBytesPerPass * m.passesPerStep;
 
   r.profileName = profile.description;
+  if (m.gpus > 1) {
+    r.gpuCopyShare = gpuCopyShare(profile, m.gpus);
+    if (r.gpuCopyShare > 0)
+      if (auto all = predictStep(p, profile, m.gpus)) r.stepSecondsAllGpus = all->stepSeconds;
+      else llvm::consumeError(all.takeError()); // the one-GPU prediction below says why
+  }
   auto prediction = predictStep(p, profile);
   if (prediction) {
     r.predicted = true;
@@ -354,9 +360,17 @@ static void printPrediction(llvm::raw_ostream &os, const ScheduleReport &s, int6
      << " (" << s.actions << " actions)\n";
   if (gpus > 1) {
     const double passes = double(passesPerStep) * pr.stepSeconds;
-    os << "  a step on " << gpus << " GPUs at once: at least " << seconds(passes) << " (each GPU's " << passesPerStep
-       << (passesPerStep == 1 ? " pass" : " passes")
-       << "; the host's sums of their gradients and the host memory the GPUs' copies share are not modelled)\n";
+    if (s.stepSecondsAllGpus > 0)
+      os << "  a step on " << gpus << " GPUs at once: at least " << seconds(double(passesPerStep) * s.stepSecondsAllGpus)
+         << " (each GPU's " << passesPerStep << (passesPerStep == 1 ? " pass" : " passes") << ", its copies at "
+         << llvm::format("%.0f", 100 * s.gpuCopyShare)
+         << "% of one GPU's rate: the profile's copies to and from every GPU at once; the host's sums of their "
+            "gradients are not modelled)\n";
+    else
+      os << "  a step on " << gpus << " GPUs at once: at least " << seconds(passes) << " (each GPU's " << passesPerStep
+         << (passesPerStep == 1 ? " pass" : " passes") << " at one GPU's rates: the profile did not measure copies to "
+         << "and from " << gpus << " GPUs at once, which share the host's memory; the host's sums of their gradients "
+         << "are not modelled)\n";
     os << "  this megac runs the GPUs' shares one after another on one device: at least "
        << seconds(double(gpus) * passes) << " a step\n";
   } else if (passesPerStep > 1) {

@@ -111,6 +111,9 @@ struct ScheduleReport {
   bool predicted = false;
   StepPrediction prediction;
   std::string predictionError;
+  // Several GPUs: the part of its copy rate each GPU keeps when all copy at
+  // once (0: the profile did not measure that many), and a pass at it.
+  double gpuCopyShare = 0, stepSecondsAllGpus = 0;
 };
 
 struct PlanReport {
