@@ -6,6 +6,7 @@
 // checked. What it must equal: one GPU running all the micro-batches with
 // --grad-accum in passes of as many, bit for bit (the same additions in the
 // same order), tied weights, several passes a GPU and --clip included.
+#include "GpuFaultStep.h"
 #include "TrainRuns.h"
 
 #include "driver/Compile.h"
@@ -112,28 +113,12 @@ TEST(GpuShares, PlanCheckerAndCompileRefuseUnitsThatSkipTheHostSum) {
 }
 
 // A GPU that fails mid-step (MEGAC_INJECT_GPU_FAULT=GPU@STEP) stops the step
-// with an error naming it, before any update: the host state is the last
-// step's, and a run from it goes on as one that never failed.
+// with an error naming it, before any update (GpuFaultStep.h).
 TEST(GpuShares, AFailingGpuStopsTheStepBeforeAnyUpdate) {
   const plan::Plan p = planFor("llama", 2, 1, 1);
-  const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), 2);
-  const TrainRun want = trainRun(p, "llama", streamedOptions(3), 2, 2);
-  ::setenv("MEGAC_INJECT_GPU_FAULT", "1@2", 1);
-  auto t = withWeights(runtime::Trainer::create(p, streamedOptions(3)), p);
-  ::unsetenv("MEGAC_INJECT_GPU_FAULT");
-  ASSERT_TRUE(t);
-  ASSERT_TRUE(bool(t->step(mbs, 1e-2f)));
-  const runtime::HostState before = t->currentState();
-  auto failed = t->step(mbs, 1e-2f);
-  ASSERT_FALSE(bool(failed));
-  EXPECT_NE(llvm::toString(failed.takeError()).find("GPU 1 of 2: injected fault at step 2"), std::string::npos);
-  const runtime::HostState &after = t->currentState();
-  EXPECT_EQ(after.step, 1);
-  EXPECT_TRUE(sameBits(after.params, before.params) && sameBits(after.m, before.m) && sameBits(after.v, before.v));
-  auto again = t->step(mbs, 1e-2f); // the fault was step 2's: the step runs again, now as step 2
-  ASSERT_TRUE(bool(again)) << llvm::toString(again.takeError());
-  EXPECT_EQ(again->loss, want.losses[1]);
-  EXPECT_TRUE(sameBits(t->currentState().params, want.state.params));
+  expectGpuFaultStopsTheStep(
+      p, "llama", [&] { return runtime::Trainer::create(p, streamedOptions(3)); },
+      trainRun(p, "llama", streamedOptions(3), 2, 2));
 }
 
 } // namespace
