@@ -572,7 +572,7 @@ static llvm::json::Value predictionJson(const ScheduleReport &s) {
   o["tflops"] = pr.tflops;
   o["model_flops"] = pr.modelFlops;
   o["peak_memory_in_use"] = bytesJson(pr.peakMemoryBytes);
-  // Several GPUs: a GPU's pass while all copy at once (null: the profile did not measure that many).
+  // Several GPUs: a GPU's pass while all copy at once (absent where the profile did not measure that many).
   if (s.gpuCopyShare > 0) o["gpu_copy_share"] = s.gpuCopyShare, o["step_seconds_all_gpus_at_once"] = s.stepSecondsAllGpus;
   return o;
 }
