@@ -13,6 +13,9 @@
 # TAG_compile.txt, TAG_plan.txt (the prediction) and TAG_timeline.html (the last step measured,
 # `megac run --timeline`). TAG defaults to MODEL.
 set -uo pipefail
+# The inner timeouts run in the foreground (in this script's process group), so that an outer
+# timeout that kills this script kills its megac too: a run left behind holds the host memory
+# the next row needs.
 BUILD=${1:?usage: bench/predict_check.sh BUILD_DIR MODEL [BATCH]}
 MODEL=${2:?usage: bench/predict_check.sh BUILD_DIR MODEL [BATCH]}
 BATCH=${3:-8}
@@ -29,15 +32,15 @@ prof=${PROFILE:+--profile $PROFILE}
 TAG=${TAG:-$MODEL}
 FLAGS=${FLAGS:-}
 
-[ -s "$onnx" ] || timeout 300 "$PY" tools/export_shapes_only.py --preset "$MODEL" "$onnx" 2>&1 | tail -1
+[ -s "$onnx" ] || timeout --foreground 300 "$PY" tools/export_shapes_only.py --preset "$MODEL" "$onnx" 2>&1 | tail -1
 [ -s "$onnx" ] || { echo "predict_check.sh: export of $MODEL failed" >&2; exit 2; }
 echo "== $TAG: $MODEL, batch $BATCH x 2048 $FLAGS"
 # shellcheck disable=SC2086
-timeout 200 "$BUILD/megac" compile "$onnx" --batch "$BATCH" --seq 2048 $prof $FLAGS -o "$WORK/p.plan" > "$OUT/${TAG}_compile.txt" 2>&1 ||
+timeout --foreground 200 "$BUILD/megac" compile "$onnx" --batch "$BATCH" --seq 2048 $prof $FLAGS -o "$WORK/p.plan" > "$OUT/${TAG}_compile.txt" 2>&1 ||
   { tail -5 "$OUT/${TAG}_compile.txt"; exit 2; }
 tail -2 "$OUT/${TAG}_compile.txt" | cut -c1-300
 # shellcheck disable=SC2086
-timeout 60 "$BUILD/megac" plan "$WORK/p.plan" $prof > "$OUT/${TAG}_plan.txt" 2>&1
+timeout --foreground 60 "$BUILD/megac" plan "$WORK/p.plan" $prof > "$OUT/${TAG}_plan.txt" 2>&1
 grep -E "bytes per parameter|AdamW on the GPU:|resident units:|peak \(the allocation\)" "$OUT/${TAG}_plan.txt" | head -8
 grep -A4 "^predicted" "$OUT/${TAG}_plan.txt"
 vocab=$(grep -o "vocab [0-9]*" "$OUT/${TAG}_compile.txt" | head -1 | cut -d' ' -f2)
@@ -45,7 +48,7 @@ vocab=$(grep -o "vocab [0-9]*" "$OUT/${TAG}_compile.txt" | head -1 | cut -d' ' -
 "$PY" -c "import numpy as np; v = ${vocab:-32000}; np.random.default_rng(0).integers(0, v, 1 << 22, dtype=np.uint32 if v > 65536 else np.uint16).tofile('$WORK/tokens.bin')"
 rm -f "$OUT/${TAG}_steps.jsonl"
 # shellcheck disable=SC2086
-timeout 400 "$BUILD/megac" run "$WORK/p.plan" --device cuda --init --steps "$STEPS" --seed 0 $prof \
+timeout --foreground 400 "$BUILD/megac" run "$WORK/p.plan" --device cuda --init --steps "$STEPS" --seed 0 $prof \
   --data "$WORK/tokens.bin" --log "$OUT/${TAG}_steps.jsonl" --timeline "$OUT/${TAG}_timeline.html" 2>&1 | tail -3
 grep -o 'id="label"><b>[^<]*' "$OUT/${TAG}_timeline.html" | sed 's/.*<b>/timeline: /'
 "$PY" - "$OUT/${TAG}_steps.jsonl" <<'PYEOF'
