@@ -17,8 +17,10 @@
 namespace megac::runtime {
 
 // MEGAC_INJECT_GPU_FAULT=GPU or GPU@STEP (default step 1): GPU number GPU
-// fails at optimizer step STEP after the GPUs before it ran their share
-// (mid-step), as a device error would; the step stops before any update.
+// fails at optimizer step STEP as its share starts, after the GPUs before it
+// ran theirs (mid-step), as a device error would; the step stops before any
+// of its updates. In a one-GPU plan, GPU 0 fails as the step starts (the
+// last step's host AdamW, where steps overlap, is that step's and completes).
 struct GpuFaultInjection {
   int gpu = 0;
   int64_t step = 1;

@@ -399,7 +399,19 @@ llvm::Expected<double> Trainer::runStepPasses(const std::vector<std::pair<Tensor
                                               const std::vector<float> &weights, std::vector<float> *grads, float lr,
                                               bool &stepped) {
   const int gpus = plan::planGpus(plan_);
-  if (gpus == 1) return runPasses(microBatches, weights, grads, lr, stepped);
+  auto which = [&](int g) { return "GPU " + std::to_string(g) + " of " + std::to_string(gpus); };
+  // MEGAC_INJECT_GPU_FAULT: GPU g fails as its share starts, once.
+  auto fault = [&](int g) -> llvm::Error {
+    if (!injectGpuFault_ || injectGpuFault_->gpu != g || injectGpuFault_->step != state_.step)
+      return llvm::Error::success();
+    injectGpuFault_.reset();
+    return err(which(g) + ": injected fault at step " + llvm::Twine(state_.step) +
+               " (MEGAC_INJECT_GPU_FAULT); the step stopped before any update");
+  };
+  if (gpus == 1) {
+    if (auto e = fault(0)) return std::move(e);
+    return runPasses(microBatches, weights, grads, lr, stepped);
+  }
   stepped = false;
   const size_t share = microBatches.size() / size_t(gpus);
   if (!grads || share == 0 || microBatches.size() % size_t(gpus) != 0 || weights.size() != microBatches.size())
@@ -407,12 +419,7 @@ llvm::Expected<double> Trainer::runStepPasses(const std::vector<std::pair<Tensor
                " GPUs run the same number each");
   double loss = 0;
   for (int g = 0; g < gpus; ++g) {
-    const std::string which = "GPU " + std::to_string(g) + " of " + std::to_string(gpus);
-    if (injectGpuFault_ && injectGpuFault_->gpu == g && injectGpuFault_->step == state_.step) {
-      injectGpuFault_.reset(); // once, as a device error is
-      return err(which + ": injected fault at step " + llvm::Twine(state_.step) +
-                 " (MEGAC_INJECT_GPU_FAULT); the step stopped before any update");
-    }
+    if (auto e = fault(g)) return std::move(e);
     const auto first = long(size_t(g) * share), last = long(size_t(g + 1) * share);
     const std::vector<std::pair<Tensor, Tensor>> mine(microBatches.begin() + first, microBatches.begin() + last);
     const std::vector<float> scales(weights.begin() + first, weights.begin() + last);
@@ -421,7 +428,7 @@ llvm::Expected<double> Trainer::runStepPasses(const std::vector<std::pair<Tensor
     auto l = runPasses(mine, scales, grads, lr, steppedHere, /*mayStep=*/g == gpus - 1);
     if (!l)
       return llvm::handleErrors(l.takeError(), [&](std::unique_ptr<llvm::StringError> e) -> llvm::Error {
-        return err(which + ": " + e->getMessage());
+        return err(which(g) + ": " + e->getMessage());
       });
     loss += *l;
     stepped |= steppedHere;
