@@ -29,15 +29,7 @@ TEST(GpuShares, TrainAsOneGpuAccumulatingBitForBit) {
     for (int several = 0; several < 2; ++several) {
       const plan::Plan p = several ? sharesPlan(2, 1, model) : sharesPlan(1, 2, model);
       ASSERT_EQ(plan::planGpus(p), several ? 2 : 1);
-      const auto mbs = fixtureMicroBatches(model, p.ignore_index(), 2);
-      auto gpu = gpuTrainer(p);
-      ASSERT_TRUE(gpu);
-      for (int s = 0; s < 3; ++s) {
-        auto st = gpu->step(mbs, 1e-2f);
-        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-        runs[several].losses.push_back(st->loss);
-      }
-      runs[several].state = gpu->currentState();
+      runs[several] = trainRunOn(gpuTrainer(p), model, 3, 2);
     }
     expectSameRun(runs[0], runs[1], "2 GPUs' shares against --grad-accum 2");
   }
@@ -45,18 +37,7 @@ TEST(GpuShares, TrainAsOneGpuAccumulatingBitForBit) {
 
 TEST(GpuShares, AFailingGpuStopsTheStepBeforeAnyUpdate) {
   const plan::Plan p = sharesPlan(2, 1);
-  TrainRun want;
-  { // the same 2 steps without the fault
-    auto gpu = gpuTrainer(p);
-    ASSERT_TRUE(gpu);
-    const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), 2);
-    for (int s = 0; s < 2; ++s) {
-      auto st = gpu->step(mbs, 1e-2f);
-      ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-      want.losses.push_back(st->loss);
-    }
-    want.state = gpu->currentState();
-  }
+  const TrainRun want = trainRunOn(gpuTrainer(p), "llama", 2, 2); // the same 2 steps without the fault
   expectGpuFaultStopsTheStep(p, "llama", [&] { return quietCudaTrainer(p); }, want);
 }
 

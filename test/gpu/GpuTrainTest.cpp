@@ -1,6 +1,7 @@
 // Training on the GPU against the CPU backend, on every fixture: the same
 // plan, the same weights and batch; per-step losses and every gradient.
 #include "GpuTrainerUtil.h"
+#include "../unit/TrainRuns.h"
 #include "../unit/TokenWeightedStep.h"
 #include "driver/Compile.h"
 #include "runtime/cuda/CudnnAttention.h"
@@ -399,8 +400,7 @@ TEST(GpuBf16WeightStream, TrainsAsTheWeightCopiesPlanBitForBit) {
 // in the pinned staging; 3 steps in a given update order give the losses and
 // state of the plan whose four slots are all the largest unit's, bit for bit.
 TEST(GpuSmallGradSlots, TrainAsSlotsOfOneSizeBitForBit) {
-  std::vector<double> losses[2];
-  runtime::HostState state[2];
+  TrainRun runs[2];
   for (int small = 0; small < 2; ++small) {
     codegen::CodegenOptions co;
     co.compute = "fp32";
@@ -411,17 +411,9 @@ TEST(GpuSmallGradSlots, TrainAsSlotsOfOneSizeBitForBit) {
     co.schedule.smallGradSlotBytes = small ? 65792 : 0; // llama's head
     plan::Plan p = compileFixtureWith("llama", 16, co);
     ASSERT_EQ(p.schedule().small_grad_slots(), small ? 2 : 0);
-    const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), 1);
-    auto gpu = gpuTrainer(p);
-    ASSERT_TRUE(gpu);
-    for (int s = 0; s < 3; ++s) {
-      auto st = gpu->step(mbs, 1e-2f);
-      ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-      losses[small].push_back(st->loss);
-    }
-    state[small] = gpu->currentState();
+    runs[small] = trainRunOn(gpuTrainer(p), "llama");
   }
-  expectSameRuns(losses, state);
+  expectSameRun(runs[0], runs[1], "small grad slots against slots of one size");
 }
 
 // The host's AdamW UPDATEs in an order other than the gradients' arrival
@@ -431,8 +423,7 @@ TEST(GpuSmallGradSlots, TrainAsSlotsOfOneSizeBitForBit) {
 TEST(GpuHostUpdateOrder, TrainsAsArrivalOrderBitForBit) {
   for (const char *model : {"llama", "gpt2"}) {
     SCOPED_TRACE(model);
-    std::vector<double> losses[2];
-    runtime::HostState state[2];
+    TrainRun runs[2];
     for (int ordered = 0; ordered < 2; ++ordered) {
       codegen::CodegenOptions co;
       co.compute = "fp32";
@@ -441,17 +432,9 @@ TEST(GpuHostUpdateOrder, TrainsAsArrivalOrderBitForBit) {
       if (ordered) co.schedule.hostUpdateOrder = {3, 1, 0, 2}, co.schedule.gradSlots = 3;
       plan::Plan p = compileFixtureWith(model, 16, co);
       ASSERT_TRUE(p.schedule().overlap_steps());
-      const auto mbs = fixtureMicroBatches(model, p.ignore_index(), 1);
-      auto gpu = gpuTrainer(p);
-      ASSERT_TRUE(gpu);
-      for (int s = 0; s < 3; ++s) {
-        auto st = gpu->step(mbs, 1e-2f);
-        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-        losses[ordered].push_back(st->loss);
-      }
-      state[ordered] = gpu->currentState();
+      runs[ordered] = trainRunOn(gpuTrainer(p), model);
     }
-    expectSameRuns(losses, state);
+    expectSameRun(runs[0], runs[1], "a given update order against arrival order");
   }
 }
 

@@ -24,15 +24,18 @@ inline runtime::CpuOptions streamedOptions(uint64_t seed) {
 }
 
 // `steps` steps of the fixture's reference batch (`microBatches` a step) at
-// lr 1e-2 from the plan's initial weights; `hook(trainer, -1)` runs before
-// the first step and `hook(trainer, s)` after step s.
-inline TrainRun trainRun(const plan::Plan &p, const std::string &model, const runtime::CpuOptions &o, int steps = 3,
-                         int microBatches = 1, const std::function<void(runtime::Trainer &, int)> &hook = {}) {
+// lr 1e-2 on trainer `t` (any backend, its plan's weights loaded);
+// `hook(trainer, -1)` runs before the first step and `hook(trainer, s)`
+// after step s.
+inline TrainRun trainRunOn(std::unique_ptr<runtime::Trainer> t, const std::string &model, int steps = 3,
+                           int microBatches = 1, const std::function<void(runtime::Trainer &, int)> &hook = {}) {
   TrainRun r;
-  auto t = withWeights(runtime::Trainer::create(p, o), p);
-  if (!t) return r;
+  if (!t) {
+    ADD_FAILURE() << "no trainer";
+    return r;
+  }
   if (hook) hook(*t, -1);
-  const auto mbs = fixtureMicroBatches(model, p.ignore_index(), microBatches);
+  const auto mbs = fixtureMicroBatches(model, t->plan().ignore_index(), microBatches);
   for (int s = 0; s < steps; ++s) {
     auto st = t->step(mbs, 1e-2f);
     if (!st) {
@@ -44,6 +47,12 @@ inline TrainRun trainRun(const plan::Plan &p, const std::string &model, const ru
   }
   r.state = t->currentState();
   return r;
+}
+
+// The same on the CPU backend with options `o`, from the plan's initial weights.
+inline TrainRun trainRun(const plan::Plan &p, const std::string &model, const runtime::CpuOptions &o, int steps = 3,
+                         int microBatches = 1, const std::function<void(runtime::Trainer &, int)> &hook = {}) {
+  return trainRunOn(withWeights(runtime::Trainer::create(p, o), p), model, steps, microBatches, hook);
 }
 
 inline bool sameBits(const std::vector<float> &a, const std::vector<float> &b) {
