@@ -27,10 +27,14 @@ llvm::Expected<int> fewestNearFastest(plan::Plan &p, const ScheduleOptions &o, i
     if (!pred) return pred.takeError();
     predicted.push_back(pred->stepSeconds);
   }
+  return fewestWithinHalfPercent(predicted);
+}
+
+int fewestWithinHalfPercent(const std::vector<double> &byCount) {
   int best = 0;
-  if (!predicted.empty()) {
-    const double fastest = *std::min_element(predicted.begin(), predicted.end());
-    while (best + 1 < int(predicted.size()) && predicted[size_t(best)] > fastest * 1.005) ++best;
+  if (!byCount.empty()) {
+    const double fastest = *std::min_element(byCount.begin(), byCount.end());
+    while (best + 1 < int(byCount.size()) && byCount[size_t(best)] > fastest * 1.005) ++best;
   }
   return best;
 }

@@ -23,7 +23,6 @@ std::vector<int> gpuAdamwCandidates(const plan::Plan &p) {
   return units;
 }
 
-
 llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o, FinishPlan finish) {
   const std::vector<int> candidates = gpuAdamwCandidates(p);
   const int most = int(candidates.size());
@@ -70,9 +69,7 @@ llvm::Error applyGpuAdamwPolicy(plan::Plan &p, const ScheduleOptions &o, FinishP
         if (!*t) break; // more do not fit either
         byCount.push_back(**t);
       }
-      const double fastest = *std::min_element(byCount.begin(), byCount.end());
-      int n = 0;
-      while (n + 1 < int(byCount.size()) && byCount[size_t(n)] > fastest * 1.005) ++n;
+      const int n = fewestWithinHalfPercent(byCount);
       if (n > 0 && byCount[size_t(n)] < bestSeconds * (1 - kGpuAdamwMinGain)) bestFrom = from, best = n, bestSeconds = byCount[size_t(n)];
     }
   }
