@@ -41,6 +41,7 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   auto plan = buildPlan(**g, opts);
   if (!plan) return plan.takeError();
   if (auto e = plan::applyNoDecay(*plan)) return std::move(e);
+  ScheduleOptions so = co.schedule;
   if (co.schedule.gpus > 1) {
     // The host sums every GPU's gradients: each unit's must reach it.
     if (co.schedule.residentUnits > 0)
@@ -54,10 +55,9 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
                  ": over several GPUs every unit steps on the host, which sums each GPU's gradients first; "
                  "give --gpu-adamw-units 0 or auto");
     plan->set_gpus(co.schedule.gpus);
+    so.residentUnits = so.gpuAdamwUnits = 0; // the autos' choice: none
   }
   // --weight-slots auto: the policies before it plan with 2 weight slots.
-  ScheduleOptions so = co.schedule;
-  if (so.gpus > 1) so.residentUnits = so.gpuAdamwUnits = 0; // auto's choice: none
   const bool slotsAuto = so.weightSlots < 2;
   if (slotsAuto) so.weightSlots = 2;
   // Micro-batches per pass before resident units' auto, which fills the GPU

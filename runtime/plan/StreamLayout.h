@@ -235,6 +235,10 @@ llvm::Error checkCheckpointCopies(const Plan &p);
 bool stepKeepsGradients(const Plan &p);
 // The GPUs a step runs on: Plan.gpus, 1 where it is 0 (plans before format 14).
 inline int planGpus(const Plan &p) { return p.gpus() > 1 ? p.gpus() : 1; }
+// The micro-batches a step takes: every GPU's grad_accum.
+inline int64_t stepMicroBatches(const Plan &p) {
+  return (p.optimizer().grad_accum() > 1 ? p.optimizer().grad_accum() : 1) * planGpus(p);
+}
 
 const char *regionKindName(DeviceRegion::Kind k);
 const char *actionKindName(StreamAction::Kind k);

@@ -34,15 +34,19 @@ std::string updatedUnitList(const std::vector<std::string> &names) {
   return s;
 }
 
-std::optional<NanInjection> nanInjectionFromEnvironment() {
-  const char *v = std::getenv("MEGAC_INJECT_NAN");
+std::optional<std::pair<std::string, int64_t>> injectionFromEnvironment(const char *variable) {
+  const char *v = std::getenv(variable);
   if (!v || !*v) return std::nullopt;
-  NanInjection n;
-  std::string s(v);
-  size_t at = s.rfind('@');
-  n.unit = s.substr(0, at);
-  if (at != std::string::npos) n.step = std::strtoll(s.c_str() + at + 1, nullptr, 10);
-  return n;
+  const std::string s(v);
+  const size_t at = s.rfind('@');
+  return std::pair<std::string, int64_t>{s.substr(0, at),
+                                         at == std::string::npos ? 1 : std::strtoll(s.c_str() + at + 1, nullptr, 10)};
+}
+
+std::optional<NanInjection> nanInjectionFromEnvironment() {
+  auto v = injectionFromEnvironment("MEGAC_INJECT_NAN");
+  if (!v) return std::nullopt;
+  return NanInjection{v->first, v->second};
 }
 
 int64_t firstNonFinite(const float *data, int64_t n) {

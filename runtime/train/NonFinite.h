@@ -26,6 +26,8 @@ struct NanInjection {
   }
 };
 std::optional<NanInjection> nanInjectionFromEnvironment();
+// An injection variable's WHAT or WHAT@STEP (STEP 1 where not given); none where unset or empty.
+std::optional<std::pair<std::string, int64_t>> injectionFromEnvironment(const char *variable);
 
 // What a NonFiniteError says of a unit's gradient: "unit 'U' backward: the
 // gradient of 'P' holds VALUE at element E[ (WHERE)]; its update and the rest

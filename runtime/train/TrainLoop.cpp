@@ -42,8 +42,7 @@ static llvm::Expected<TokenData> openData(const std::string &path, bool text, in
 static llvm::Error drawStep(const plan::Plan &plan, const TrainLoopOptions &opts, const TokenData *data,
                             uint64_t seed, int64_t &dataIndex, std::vector<std::pair<Tensor, Tensor>> &mbs,
                             int64_t *skipped) {
-  // Every GPU's micro-batches (runtime/train/GpuShares.h).
-  const int64_t accum = std::max<int64_t>(plan.optimizer().grad_accum(), 1) * plan::planGpus(plan);
+  const int64_t accum = plan::stepMicroBatches(plan); // every GPU's (runtime/train/GpuShares.h)
   mbs.clear();
   for (int64_t k = 0; k < accum; ++k) {
     if (opts.fixedTokens) {
@@ -112,7 +111,7 @@ llvm::Expected<std::vector<double>> runTraining(Trainer &trainer, const TrainLoo
   const plan::Optimizer &o = plan.optimizer();
   const int64_t B = plan.batch(), S = plan.seq();
   const int gpus = plan::planGpus(plan);
-  const int64_t accum = std::max<int64_t>(o.grad_accum(), 1) * gpus; // the step's micro-batches, every GPU's
+  const int64_t accum = plan::stepMicroBatches(plan); // the step's micro-batches, every GPU's
   if (opts.steps <= 0) return err("--steps must be positive");
 
   std::optional<TokenData> data, val;
