@@ -1145,7 +1145,7 @@ llvm::Expected<StepStats> CudaTrainer::step(const std::vector<std::pair<Tensor, 
   for (double &b : stepLanes_) b = 0;
   // Without a clip, the last of several passes steps each parameter once its sum is in.
   bool stepped = false;
-  auto loss = runStepPasses(microBatches, *weights, keepGrads ? &stepGrads_ : nullptr, lr, stepped);
+  auto loss = runPasses(microBatches, *weights, keepGrads ? &stepGrads_ : nullptr, lr, stepped);
   if (!loss) {
     --state_.step;
     return loss.takeError();

@@ -348,13 +348,11 @@ llvm::Error Trainer::checkPassSize(size_t batches, bool backward, size_t lossSca
 }
 
 bool Trainer::keepsGradients(size_t microBatches) const {
-  return plan_.optimizer().clip() > 0 || microBatches > size_t(microBatchesPerPass()) || plan::planGpus(plan_) > 1;
+  return plan_.optimizer().clip() > 0 || microBatches > size_t(microBatchesPerPass());
 }
 
 bool Trainer::stepsInLastPass(size_t microBatches) const {
-  // Over several GPUs, earlier GPUs' shares have added to the sum before the last one's last pass.
-  if (plan_.optimizer().clip() > 0 || (microBatches <= size_t(microBatchesPerPass()) && plan::planGpus(plan_) == 1))
-    return false;
+  if (plan_.optimizer().clip() > 0 || microBatches <= size_t(microBatchesPerPass())) return false;
   for (const plan::Unit &u : plan_.units())
     if (u.resident() || u.adamw_on_gpu()) return false;
   return true;
@@ -372,15 +370,27 @@ llvm::Expected<std::vector<double>> Trainer::evalLosses(const std::vector<std::p
 
 llvm::Expected<double> Trainer::runPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
                                           const std::vector<float> &weights, std::vector<float> *grads, float lr,
-                                          bool &stepped, bool mayStep) {
-  const size_t perPass = size_t(microBatchesPerPass());
+                                          bool &stepped) {
+  const size_t perPass = size_t(microBatchesPerPass()), gpus = size_t(plan::planGpus(plan_));
   stepped = false;
-  if (microBatches.empty() || microBatches.size() % perPass != 0 || weights.size() != microBatches.size())
+  if (microBatches.empty() || microBatches.size() % (perPass * gpus) != 0 || weights.size() != microBatches.size())
     return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's passes carry " +
-               llvm::Twine(perPass) + " each");
-  const bool inLastPass = grads && mayStep && stepsInLastPass(microBatches.size());
+               llvm::Twine(perPass) + " each" +
+               (gpus > 1 ? ", and its " + std::to_string(gpus) + " GPUs run as many passes each" : std::string()));
+  // Several GPUs (runtime/train/GpuShares.h): GPU g's passes are the g-th
+  // `share` micro-batches; each adds to `grads` as one GPU's passes do.
+  const size_t share = microBatches.size() / gpus;
+  auto which = [&](size_t g) { return "GPU " + std::to_string(g) + " of " + std::to_string(gpus); };
+  const bool inLastPass = grads && stepsInLastPass(microBatches.size());
   double lossSum = 0;
   for (size_t first = 0; first < microBatches.size(); first += perPass) {
+    const size_t g = first / share;
+    // MEGAC_INJECT_GPU_FAULT: GPU g fails as its share starts, once.
+    if (first % share == 0 && injectGpuFault_ && size_t(injectGpuFault_->gpu) == g && injectGpuFault_->step == state_.step) {
+      injectGpuFault_.reset();
+      return err(which(g) + ": injected fault at step " + llvm::Twine(state_.step) +
+                 " (MEGAC_INJECT_GPU_FAULT); the step stopped before any update");
+    }
     const std::vector<float> scales(weights.begin() + long(first), weights.begin() + long(first + perPass));
     const bool last = first + perPass == microBatches.size();
     if (grads && !(last && inLastPass) && std::all_of(scales.begin(), scales.end(), [](float w) { return w == 0; }))
@@ -388,52 +398,16 @@ llvm::Expected<double> Trainer::runPasses(const std::vector<std::pair<Tensor, Te
     const std::vector<std::pair<Tensor, Tensor>> pass(microBatches.begin() + long(first),
                                                       microBatches.begin() + long(first + perPass));
     auto losses = forwardBackwardPass(pass, scales, grads, lr, last && inLastPass);
-    if (!losses) return losses.takeError();
+    if (!losses) {
+      if (gpus == 1) return losses.takeError();
+      return llvm::handleErrors(losses.takeError(), [&](std::unique_ptr<llvm::StringError> e) -> llvm::Error {
+        return err(which(g) + ": " + e->getMessage());
+      });
+    }
     stepped |= last && inLastPass;
     for (size_t k = 0; k < perPass; ++k) lossSum += double(scales[k]) * (*losses)[k];
   }
   return lossSum;
-}
-
-llvm::Expected<double> Trainer::runStepPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
-                                              const std::vector<float> &weights, std::vector<float> *grads, float lr,
-                                              bool &stepped) {
-  const int gpus = plan::planGpus(plan_);
-  auto which = [&](int g) { return "GPU " + std::to_string(g) + " of " + std::to_string(gpus); };
-  // MEGAC_INJECT_GPU_FAULT: GPU g fails as its share starts, once.
-  auto fault = [&](int g) -> llvm::Error {
-    if (!injectGpuFault_ || injectGpuFault_->gpu != g || injectGpuFault_->step != state_.step)
-      return llvm::Error::success();
-    injectGpuFault_.reset();
-    return err(which(g) + ": injected fault at step " + llvm::Twine(state_.step) +
-               " (MEGAC_INJECT_GPU_FAULT); the step stopped before any update");
-  };
-  if (gpus == 1) {
-    if (auto e = fault(0)) return std::move(e);
-    return runPasses(microBatches, weights, grads, lr, stepped);
-  }
-  stepped = false;
-  const size_t share = microBatches.size() / size_t(gpus);
-  if (!grads || share == 0 || microBatches.size() % size_t(gpus) != 0 || weights.size() != microBatches.size())
-    return err("the step has " + llvm::Twine(microBatches.size()) + " micro-batches; the plan's " + llvm::Twine(gpus) +
-               " GPUs run the same number each");
-  double loss = 0;
-  for (int g = 0; g < gpus; ++g) {
-    if (auto e = fault(g)) return std::move(e);
-    const auto first = long(size_t(g) * share), last = long(size_t(g + 1) * share);
-    const std::vector<std::pair<Tensor, Tensor>> mine(microBatches.begin() + first, microBatches.begin() + last);
-    const std::vector<float> scales(weights.begin() + first, weights.begin() + last);
-    // The host's sum: each unit's gradients added to the step's as they land.
-    bool steppedHere = false;
-    auto l = runPasses(mine, scales, grads, lr, steppedHere, /*mayStep=*/g == gpus - 1);
-    if (!l)
-      return llvm::handleErrors(l.takeError(), [&](std::unique_ptr<llvm::StringError> e) -> llvm::Error {
-        return err(which(g) + ": " + e->getMessage());
-      });
-    loss += *l;
-    stepped |= steppedHere;
-  }
-  return loss;
 }
 
 llvm::Expected<double> Trainer::forwardBackwardAsPass(const Tensor &tokens, const Tensor &targets, float lossScale,
@@ -472,7 +446,7 @@ llvm::Expected<StepStats> Trainer::step(const std::vector<std::pair<Tensor, Tens
   std::vector<float> grads;
   if (keepGrads) grads.assign(size_t(hostElements_), 0.0f);
   bool stepped = false;
-  auto loss = runStepPasses(microBatches, *weights, keepGrads ? &grads : nullptr, lr, stepped);
+  auto loss = runPasses(microBatches, *weights, keepGrads ? &grads : nullptr, lr, stepped);
   if (!loss) {
     --state_.step;
     return loss.takeError();

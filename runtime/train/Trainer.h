@@ -169,19 +169,12 @@ protected:
   // steps in its pass). The step's loss; `stepped`: the last pass stepped
   // every parameter (stepsInLastPass). A pass that counts no target is
   // skipped where the step keeps its gradients (not the last one that steps).
-  // `mayStep`: the last pass may step (false: a later share adds to `grads`).
+  // In a plan for several GPUs (runtime/train/GpuShares.h), GPU g's passes
+  // are the g-th of as many shares: this backend runs them one after
+  // another on its one device, each adding to the step's `grads` as it
+  // lands, and names the GPU in an error.
   llvm::Expected<double> runPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
-                                   const std::vector<float> &weights, std::vector<float> *grads, float lr, bool &stepped,
-                                   bool mayStep = true);
-  // A step's passes: runPasses, or in a plan for several GPUs
-  // (runtime/train/GpuShares.h) each GPU's share of the micro-batches through
-  // runPasses, its gradients added to the step's `grads` (which it needs) as
-  // they land, GPU by GPU; the last GPU's last pass steps each parameter as
-  // its sum completes, where no clip waits for the norm. This backend runs
-  // the shares one after another on its one device.
-  llvm::Expected<double> runStepPasses(const std::vector<std::pair<Tensor, Tensor>> &microBatches,
-                                       const std::vector<float> &weights, std::vector<float> *grads, float lr,
-                                       bool &stepped);
+                                   const std::vector<float> &weights, std::vector<float> *grads, float lr, bool &stepped);
   // For the backends that run the schedule: one micro-batch as a pass of
   // one, and forward-only passes of up to microBatchesPerPass() batches
   // (`forwardPass` runs one, giving each batch's loss).
