@@ -340,23 +340,27 @@ static double hostMemcpyBandwidth(size_t bytes) {
   return best;
 }
 
-static double adamwParamsPerSecond(int64_t n) {
+// With `bf16Copy`, the update also writes each new weight's bf16 rounding (a
+// streamed weight's copy, --bf16-weight-stream).
+static double adamwParamsPerSecond(int64_t n, bool bf16Copy = false) {
   // Touch the pages from the threads that will use them (first-touch NUMA placement).
   std::unique_ptr<float[]> p(new float[size_t(n)]), g(new float[size_t(n)]), m(new float[size_t(n)]),
       v(new float[size_t(n)]);
+  std::unique_ptr<uint16_t[]> copy(bf16Copy ? new uint16_t[size_t(n)] : nullptr);
   megac::cpu::parallelFor(n, 16, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
       p[i] = 0.1f;
       g[i] = 0.01f;
       m[i] = 0.0f;
       v[i] = 0.0f;
+      if (bf16Copy) copy[i] = 0;
     }
   });
   megac::runtime::AdamWHyper h;
   double best = 0;
   for (int step = 1; step <= 4; ++step) {
     double t0 = seconds();
-    megac::runtime::adamwUpdateParallel(p.get(), g.get(), m.get(), v.get(), n, step, h, true);
+    megac::runtime::adamwUpdateParallel(p.get(), g.get(), m.get(), v.get(), n, step, h, true, 1.0f, copy.get());
     double t = seconds() - t0;
     if (step > 1) best = std::max(best, double(n) / t);
   }
@@ -429,6 +433,7 @@ int main(int argc, char **argv) {
   AttentionRates attention = attentionRates(s);
   double hostBw = hostMemcpyBandwidth(size_t(1) << 30);
   double adamw = adamwParamsPerSecond(int64_t(1) << 27);
+  double adamwBf16Copy = adamwParamsPerSecond(int64_t(1) << 27, true);
   // About 1.3 s of copies; AdamW over 2^25 parameters (8 ms a step alone) keeps pace.
   auto [adamwDma, bothAdamw] = adamwUnderDma(int64_t(1) << 25, d1, h1, h2, d2, bytes, 64);
   int gpus = 1;
@@ -455,6 +460,11 @@ int main(int argc, char **argv) {
   if (attention.psPerElem > 0) add("attention_bf16_ps_per_elem", attention.psPerElem);
   add("host_mem_gbps", hostBw);
   add("cpu_adamw_params_per_s", adamw);
+  // Not a key (the cost model charges the copy as a constant share of the
+  // update: codegen/CostModel.cpp); here to check that share on a machine.
+  std::snprintf(line, sizeof line, "# cpu AdamW writing bf16 copies: %.4g params/s (%.3f of the rate without)\n",
+                adamwBf16Copy, adamwBf16Copy / adamw);
+  profile += line;
   add("cpu_adamw_under_dma_params_per_s", adamwDma);
   add("pcie_both_under_adamw_gbps", bothAdamw);
   add("gpus", gpus);

@@ -5,6 +5,7 @@
 #include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/FusedAttention.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
@@ -320,20 +321,34 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
   // parameter, with plain stores (the cache reads each line first): 4 more
   // bytes, counted as that much more of its update (the 8B on an H100: its
   // CPU lane 1.653 -> 1.891 s, 14%, as 32/28).
-  std::vector<int64_t> unitWeightBytes, unitPrefetchBytes, unitUpdateParams;
-  std::vector<double> unitHostUpdateWork; // parameters, those with a bf16 copy as 32/28 of one
+  // A token-indexed table whose unread rows step early (UPDATE_UNREAD_ROWS,
+  // runtime/plan/TokenRows.h): its UPDATE steps at most a row a token of the
+  // step (readRowsShareBound), the early action the rest.
+  std::vector<bool> early(size_t(p_.units_size()), false);
+  for (const StreamAction &a : s_.actions())
+    if (a.kind() == StreamAction::UPDATE_UNREAD_ROWS && a.unit() >= 0 && a.unit() < p_.units_size())
+      early[size_t(a.unit())] = true;
+  std::vector<int64_t> unitWeightBytes, unitPrefetchBytes, unitUpdateParams, unitUnreadParams;
+  std::vector<double> unitHostUpdateWork, unitUnreadWork; // parameters, those with a bf16 copy as 32/28 of one
   for (int u = 0; u < p_.units_size(); ++u) {
-    int64_t updates = 0;
-    double work = 0;
+    int64_t updates = 0, unread = 0;
+    double work = 0, unreadWork = 0;
+    std::vector<int32_t> tables = early[size_t(u)] ? unreadRowsParameters(p_, u) : std::vector<int32_t>();
     for (int32_t q : p_.units(u).parameters())
       if (updatedBy[size_t(q)] == u) {
-        updates += p_.parameters(q).numel();
-        work += double(p_.parameters(q).numel()) * (p_.parameters(q).streams_bf16() ? 32.0 / 28.0 : 1.0);
+        const double n = double(p_.parameters(q).numel()) * (p_.parameters(q).streams_bf16() ? 32.0 / 28.0 : 1.0);
+        const double share = std::count(tables.begin(), tables.end(), q) ? readRowsShareBound(p_, q) : 1.0;
+        updates += int64_t(double(p_.parameters(q).numel()) * share);
+        unread += p_.parameters(q).numel() - int64_t(double(p_.parameters(q).numel()) * share);
+        work += n * share;
+        unreadWork += n * (1.0 - share);
       }
     unitWeightBytes.push_back(unitWeightLayout(p_, u).bytes);
     unitPrefetchBytes.push_back(prefetchBytes(p_, u));
     unitUpdateParams.push_back(updates);
+    unitUnreadParams.push_back(unread);
     unitHostUpdateWork.push_back(work);
+    unitUnreadWork.push_back(unreadWork);
   }
   // (template, backward + 2 x keeps activations + 4 x reads its weights' bf16 copies)
   std::map<std::pair<int, int>, ProgramWork> programs;
@@ -406,6 +421,10 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
       } else {
         w.amount = unitHostUpdateWork[size_t(unit)] / r_.adamwParamsPerS;
       }
+      break;
+    case StreamAction::UPDATE_UNREAD_ROWS:
+      t.parameters = unitUnreadParams[size_t(unit)];
+      w.amount = unitUnreadWork[size_t(unit)] / r_.adamwParamsPerS;
       break;
     default: return err("schedule action of unknown kind " + llvm::Twine(int(a.kind())));
     }

@@ -3,6 +3,7 @@
 #include "codegen/MemoryPlan.h"
 #include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
@@ -30,12 +31,13 @@ namespace {
 // a unit wait for the previous step's UPDATEs, plan.proto's overlap_steps).
 class ActionBuilder {
 public:
-  ActionBuilder(plan::StreamSchedule &s, const plan::Plan &p, int weightSlots, int gradSlots, bool overlap)
+  ActionBuilder(plan::StreamSchedule &s, const plan::Plan &p, int weightSlots, int gradSlots, bool overlap,
+                bool unreadRowsEarly)
       : s_(s), p_(p), K_(weightSlots), G_(gradSlots), overlap_(overlap), inSlot_(size_t(weightSlots), -1),
         wFreeRecorded_(size_t(weightSlots), false), gFreeRecorded_(size_t(gradSlots), false),
         sFreeRecorded_(size_t(gradSlots), false), mFreeRecorded_(size_t(weightSlots), false),
         slotOf_(size_t(p.units_size()), -1), updated_(size_t(p.units_size()), -1),
-        prefetched_(size_t(p.units_size()), false) {
+        fetched_(size_t(p.units_size()), -1), prefetched_(size_t(p.units_size()), false) {
     std::vector<char> kinds{'w', 'g', 's'};
     if (plan::anyAdamwOnGpu(p)) kinds.push_back('m'); // moment slots, one beside each weight slot
     for (char kind : kinds) {
@@ -50,6 +52,11 @@ public:
       if (plan::steppedOnHost(p.units(u))) {
         updated_[size_t(u)] = s_.events_size();
         s_.add_events(plan::unitUpdatedEventName(u));
+      }
+    for (int u = 0; unreadRowsEarly && u < p.units_size(); ++u)
+      if (!plan::unreadRowsParameters(p, u).empty()) {
+        fetched_[size_t(u)] = s_.events_size();
+        s_.add_events(plan::unitFetchedEventName(u));
       }
   }
 
@@ -88,6 +95,12 @@ public:
       if (wFreeRecorded_[size_t(k)]) a->add_waits(event('w', k, false));
       a->add_records(event('w', k, true));
       inSlot_[size_t(k)] = unit;
+      // Once this copy has read the masters, the host steps the rows of the
+      // unit's token-indexed tables that no token reads (runtime/plan/TokenRows.h).
+      if (!inBackward && fetched_[size_t(unit)] >= 0) {
+        a->add_records(fetched_[size_t(unit)]);
+        add(StreamAction::UPDATE_UNREAD_ROWS, StreamAction::CPU, unit)->add_waits(fetched_[size_t(unit)]);
+      }
     }
     if (!inBackward || !p_.units(unit).adamw_on_gpu()) return;
     StreamAction *m = add(StreamAction::FETCH_MOMENTS, StreamAction::H2D, unit);
@@ -193,6 +206,7 @@ private:
   std::vector<bool> wFreeRecorded_, gFreeRecorded_, sFreeRecorded_, mFreeRecorded_;
   std::vector<int> slotOf_;
   std::vector<int> updated_;       // per unit: its "u<unit>.updated" event, -1 none
+  std::vector<int> fetched_;       // per unit: its "u<unit>.fetched" event (UPDATE_UNREAD_ROWS), -1 none
   std::vector<bool> prefetched_;   // per unit: a PREFETCH of it was issued this step
 };
 
@@ -451,7 +465,7 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   // of streamed unit i, so the H2D stream runs K-1 units ahead of compute;
   // the backward (units in reverse) the same. Resident units need no
   // PREFETCH. Each unit runs the pass's M micro-batches in turn.
-  ActionBuilder ab(s, p, K, G, overlap);
+  ActionBuilder ab(s, p, K, G, overlap, o.unreadRowsEarly);
   // [unit * M + micro-batch] -> action index
   std::vector<int> fwdAt(size_t(N) * size_t(M)), bwdAt(size_t(N) * size_t(M));
   auto at = [M](int u, int m) { return size_t(u) * size_t(M) + size_t(m); };

@@ -11,6 +11,7 @@
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include "llvm/Support/ErrorHandling.h"
@@ -75,6 +76,11 @@ struct UpdateJob {
   std::chrono::steady_clock::time_point passStart; // its start (the job's measured times)
   std::vector<float> *grads = nullptr; // --clip/--grad-accum: accumulate instead of updating
   bool stepWhenSummed = false;         // with grads: then step each parameter whose sum is complete
+  // UPDATE_UNREAD_ROWS: the rows of the unit's token-indexed tables that
+  // `rows` does not list, with a zero gradient (runtime/plan/TokenRows.h).
+  // An UPDATE that steps: such a table's rows that `rows` lists.
+  bool unreadRows = false;
+  std::shared_ptr<const runtime::StepTokenRows> rows;
 };
 
 class CudaTrainer final : public Trainer {
@@ -206,6 +212,7 @@ private:
   double cpuBusy_ = 0;
   std::string optimizerError_;
   std::vector<std::string> updatedThisStep_; // streamed units whose host AdamW ran this micro-batch (pass_)
+  std::vector<std::string> unreadRowsStepped_; // units whose tables' unread rows stepped early this micro-batch
   std::unique_ptr<OpTimer> timer_; // --op-profile
   int64_t timedSteps_ = 0;
 };
@@ -582,6 +589,25 @@ void CudaTrainer::optimizerLoop() {
 void CudaTrainer::runUpdate(const UpdateJob &job) {
   const plan::Unit &unit = plan_.units(job.unit);
   const plan::WeightLayout &lay = layouts_[size_t(job.unit)];
+  runtime::AdamWHyper h = hyper_;
+  h.lr = job.lr;
+  const int threads = std::max(1, cpu::numThreads() - 1);
+  // The tables' unread rows, before the backward (no gradients yet, no verdict on them).
+  if (job.unreadRows) {
+    std::vector<runtime::AdamWSegment> segments;
+    for (int32_t pid : unit.parameters())
+      if (const std::vector<runtime::RowRun> *read = job.rows ? job.rows->readOf(pid) : nullptr) {
+        const plan::Parameter &p = plan_.parameters(pid);
+        const size_t off = size_t(p.host_offset());
+        runtime::appendRowSegments(segments, p, runtime::unreadRuns(*read, plan::parameterRows(p)),
+                                   state_.params.data() + off, nullptr, state_.m.data() + off, state_.v.data() + off,
+                                   bf16Of(pid));
+      }
+    if (!segments.empty()) runtime::adamwUpdateSegments(segments, job.step, h, 1.0f, threads);
+    std::lock_guard<std::mutex> l(mu_);
+    if (job.pass == pass_) unreadRowsStepped_.push_back(unit.name());
+    return;
+  }
   const uint8_t *base = staging_ + size_t(plan::stagingOffset(*sched_, job.slot));
   // The GPU checked the gradients of this unit and of every unit before it
   // in the step's backward order (FiniteCheckKernels.h); the OFFLOAD brought
@@ -592,8 +618,6 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   // threads for the whole unit. One core stays free for the thread that
   // launches the GPU's work.
   std::vector<runtime::AdamWSegment> segments;
-  runtime::AdamWHyper h = hyper_;
-  h.lr = job.lr;
   // A tied parameter (several units' shares): whether this is its last share of the step.
   auto lastShare = [&](int32_t pid, const plan::Parameter &p) {
     if (pending_[size_t(pid)] == 0) pending_[size_t(pid)] = p.units_size();
@@ -603,14 +627,23 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
     int32_t pid = unit.parameters(k);
     const plan::Parameter &p = plan_.parameters(pid);
     const float *g = reinterpret_cast<const float *>(base + lay.offsets[size_t(k)]);
+    const size_t off = size_t(p.host_offset());
+    // A token-indexed table whose unread rows stepped early: the rows read.
+    const std::vector<runtime::RowRun> *read = job.rows ? job.rows->readOf(pid) : nullptr;
+    auto stepFrom = [&](const float *grad) {
+      if (read)
+        runtime::appendRowSegments(segments, p, *read, state_.params.data() + off, grad, state_.m.data() + off,
+                                   state_.v.data() + off, bf16Of(pid));
+      else
+        segments.push_back({state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, p.numel(),
+                            p.decay(), bf16Of(pid)});
+    };
     if (job.grads) {
       float *sum = job.grads->data() + p.host_offset();
       cpu::addInto(sum, g, p.numel());
       // The step's last pass: the parameter steps once its last unit's share is in.
       if (!job.stepWhenSummed || (p.units_size() > 1 && !lastShare(pid, p))) continue;
-      const size_t off = size_t(p.host_offset());
-      segments.push_back({state_.params.data() + off, sum, state_.m.data() + off, state_.v.data() + off, p.numel(),
-                          p.decay(), bf16Of(pid)});
+      stepFrom(sum);
       continue;
     }
     if (p.units_size() > 1) {
@@ -623,13 +656,10 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
       acc.clear();
       acc.shrink_to_fit();
     } else {
-      size_t off = size_t(p.host_offset());
-      segments.push_back({state_.params.data() + off, g, state_.m.data() + off, state_.v.data() + off, p.numel(),
-                          p.decay(), bf16Of(pid)});
+      stepFrom(g);
     }
   }
-  if (!segments.empty())
-    runtime::adamwUpdateSegments(segments, job.step, h, 1.0f, std::max(1, cpu::numThreads() - 1));
+  if (!segments.empty()) runtime::adamwUpdateSegments(segments, job.step, h, 1.0f, threads);
   if (!job.grads || job.stepWhenSummed) {
     std::lock_guard<std::mutex> l(mu_);
     if (job.pass == pass_) updatedThisStep_.push_back(unit.name());
@@ -679,7 +709,7 @@ llvm::Error CudaTrainer::checkNonFinite() {
     const std::string param = k < unit.parameters_size() ? plan_.parameters(unit.parameters(k)).name() : "?";
     return llvm::make_error<runtime::NonFiniteError>(
         runtime::nonFiniteGradientMessage(unit.name(), param, "NaN or Inf", element, "the check on the GPU"),
-        runtime::updatedUnitList(updated));
+        runtime::updatedUnitList(updated, unreadRowsStepped_));
   }
   return llvm::make_error<runtime::NonFiniteError>("a gradient held NaN or Inf (the check on the GPU), in no unit's records",
                                                    "");
@@ -851,6 +881,7 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
     passStartHost_ = std::chrono::steady_clock::now();
     ++pass_;
     updatedThisStep_.clear();
+    unreadRowsStepped_.clear();
     cpuTimes_[pass_].assign(size_t(s.actions_size()), {0.0, 0.0});
     // Keep the passes in flight and the last backward one's.
     for (auto it = cpuTimes_.begin(); it != cpuTimes_.end();)
@@ -1040,8 +1071,20 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
       job.passStart = passStartHost_;
       job.grads = grads;
       job.stepWhenSummed = grads && stepWhenSummed;
+      if (!grads || stepWhenSummed) job.rows = stepRows_; // a table whose unread rows stepped early: the rest
       break;
     }
+    case plan::StreamAction::UPDATE_UNREAD_ROWS: // init checked the unit
+      if (grads && !stepWhenSummed) continue; // a pass that does not step
+      job.unit = a.unit();
+      job.action = i;
+      job.lr = lr;
+      job.step = state_.step;
+      job.pass = pass_;
+      job.passStart = passStartHost_;
+      job.unreadRows = true;
+      job.rows = stepRows_;
+      break;
     case plan::StreamAction::FETCH_MOMENTS:
     case plan::StreamAction::WRITEBACK:
       if (auto e2 = moveSlotState(a, a.kind() == plan::StreamAction::FETCH_MOMENTS)) return e2;

@@ -4,6 +4,7 @@
 #include "runtime/plan/AttentionStash.h"
 #include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
@@ -146,6 +147,7 @@ private:
   std::vector<std::vector<std::pair<int, int>>> users_; // activation -> (unit, input position)
   std::vector<int> fwdAt_, bwdAt_;                     // (unit, micro-batch) -> action index: at()
   std::vector<int> offAt_, updAt_;                     // unit -> action index
+  std::vector<int> unreadAt_;                          // unit -> its UPDATE_UNREAD_ROWS, -1 none
   size_t at(int u, int mb) const { return size_t(u) * size_t(M_) + size_t(mb); }
   // A unit's last BACKWARD of the pass: the one whose gradients leave the slot.
   int lastBwd(int u) const { return bwdAt_[at(u, M_ - 1)]; }
@@ -266,7 +268,9 @@ private:
                                   : a.kind() == StreamAction::OFFLOAD || a.kind() == StreamAction::WRITEBACK ||
                                           a.kind() == StreamAction::SAVE_CHECKPOINT
                                       ? StreamAction::D2H
-                                  : a.kind() == StreamAction::UPDATE && !resident && !gpuAdamw           ? StreamAction::CPU
+                                  : (a.kind() == StreamAction::UPDATE && !resident && !gpuAdamw) ||
+                                          a.kind() == StreamAction::UPDATE_UNREAD_ROWS
+                                      ? StreamAction::CPU
                                                                                                           : StreamAction::COMPUTE;
       if (a.stream() != want)
         return violation("malformed plan", actionText(i) + " is on stream " + streamName(a.stream()) + ", not " + streamName(want));
@@ -394,7 +398,8 @@ private:
     fwdAt_.assign(size_t(N_) * size_t(M_), -1);
     bwdAt_ = fwdAt_;
     offAt_.assign(size_t(N_), -1);
-    updAt_ = fetchAt_ = wbAt_ = offAt_;
+    updAt_ = fetchAt_ = wbAt_ = unreadAt_ = offAt_;
+    std::vector<int> firstPrefetch(size_t(N_), -1); // unit -> its first PREFETCH of the pass
     // lastCompute: a weight slot's last reader (a compute, or the WRITEBACK of
     // an adamw_on_gpu unit); awaitingWriteback: such a unit whose BACKWARD used
     // the slot and whose WRITEBACK has not been issued yet (-1: none).
@@ -442,6 +447,7 @@ private:
             if (latest_[size_t(e)] < 0) carried.push_back({i, e, why});
           }
         prefetchedUnit[size_t(u)] = true;
+        if (firstPrefetch[size_t(u)] < 0) firstPrefetch[size_t(u)] = i;
         if (lastCompute[size_t(k)] >= 0)
           if (auto e = requireWait(i, 'w', k, false, lastCompute[size_t(k)], "slot reused early", "the slot's last reader"))
             return e;
@@ -571,6 +577,23 @@ private:
           return e;
         if (auto e = firstTime(updAt_, i, "UPDATE")) return e;
         lastUpdate[size_t(g)] = i;
+        break;
+      }
+      case StreamAction::UPDATE_UNREAD_ROWS: {
+        // AdamW on the masters of the rows no token reads: once the forward's
+        // copy of the unit has read them, and before its UPDATE (runtime/plan/TokenRows.h).
+        if (unreadRowsParameters(p_, u).empty())
+          return violation("malformed plan", actionText(i) + ": unit " + unitName(u) +
+                                                 " has no token-indexed table that steps on the host without --clip");
+        const int f = firstPrefetch[size_t(u)];
+        if (f < 0)
+          return violation("read before prefetch", actionText(i) + " steps the masters before the forward's PREFETCH of unit " +
+                                                       unitName(u) + " has copied them");
+        if (!waitsFor(i, f))
+          return violation("missing wait", actionText(i) + " waits no event of " + actionText(f) + ", which copies the masters it steps");
+        if (updAt_[size_t(u)] >= 0)
+          return violation("malformed plan", actionText(i) + " comes after the unit's UPDATE (" + actionText(updAt_[size_t(u)]) + ")");
+        if (auto e = firstTime(unreadAt_, i, "UPDATE_UNREAD_ROWS")) return e;
         break;
       }
       case StreamAction::SAVE_CHECKPOINT: {

@@ -98,13 +98,13 @@ llvm::Expected<Plan> readPlan(const std::string &path) {
   const uint32_t version = uint32_t(getLE(data.data(), 4)), crc = uint32_t(getLE(data.data() + 4, 4));
   const uint64_t size = getLE(data.data() + 8, 8);
   data = data.drop_front(kHeaderBytes);
-  // Formats 4 to 7 and 9 to 13 are 14 without its additions (6: GPU AdamW
+  // Formats 4 to 7 and 9 to 14 are 15 without its additions (6: GPU AdamW
   // for streamed units; 7: steps that overlap; 9: micro-batches through each
   // unit in a pass; 10: checkpoint offload; 11: stashed attention operands;
   // 12: bf16 copies of the weight slots; 13: weights streamed as bf16; 14:
-  // several GPUs). There is no 8: a header's first byte would read as a
-  // headerless plan's.
-  if (version != kFormatVersion && (version < 4 || version > 13 || version == 8)) {
+  // several GPUs; 15: unread rows stepped early). There is no 8: a header's
+  // first byte would read as a headerless plan's.
+  if (version != kFormatVersion && (version < 4 || version > 14 || version == 8)) {
     // Name the megac that wrote it where the payload still parses.
     std::string writer = parseWholeMessage(data, p) ? p.megac_version() : std::string("?");
     return otherVersion(path, version, writer);

@@ -20,9 +20,11 @@ namespace megac::plan {
 // (runtime/plan/AttentionStash.h: a megac before it would read bytes the
 // arena gave to others); 12: bf16 copies of the weight slots
 // (StreamSchedule.weight_copy_bytes); 13: weights streamed as bf16
-// (Parameter.streams_bf16). readPlan reads formats 4 (an absolute model path,
-// no hash) to 7 and 9 to 12 too.
-inline constexpr uint32_t kFormatVersion = 14;
+// (Parameter.streams_bf16); 14: several GPUs (Plan.gpus); 15: the rows of
+// token-indexed tables that no token reads, stepped early
+// (StreamAction.UPDATE_UNREAD_ROWS). readPlan reads formats 4 (an absolute
+// model path, no hash) to 7 and 9 to 14 too.
+inline constexpr uint32_t kFormatVersion = 15;
 inline constexpr const char *kMegacVersion = "0.1";
 
 // A plan file (format 4 on): the magic "MEGACPLN"; a 16-byte header, the

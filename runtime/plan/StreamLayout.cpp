@@ -360,6 +360,7 @@ const char *actionKindName(StreamAction::Kind k) {
   case StreamAction::WRITEBACK: return "WRITEBACK";
   case StreamAction::SAVE_CHECKPOINT: return "SAVE_CHECKPOINT";
   case StreamAction::LOAD_CHECKPOINT: return "LOAD_CHECKPOINT";
+  case StreamAction::UPDATE_UNREAD_ROWS: return "UPDATE_UNREAD_ROWS";
   default: return "UNKNOWN_ACTION";
   }
 }

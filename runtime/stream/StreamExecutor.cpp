@@ -4,6 +4,7 @@
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 #include "runtime/stream/ShadowMemory.h"
 #include "runtime/stream/StreamSimulator.h"
@@ -88,6 +89,14 @@ private:
   llvm::Error offload(int i, const plan::StreamAction &a);
   llvm::Error expectWholeSum(int i, int gradSlot) const;
   llvm::Error update(int i, const plan::StreamAction &a);
+  llvm::Error updateUnreadRows(int i, const plan::StreamAction &a);
+  // Whether the running pass steps its parameters (not an earlier pass of a
+  // step that keeps its gradients), and the rows its step's tokens read of
+  // `param` where that table's unread rows stepped early (else null).
+  bool passSteps() const { return !grads_ || stepWhenSummed_; }
+  const std::vector<runtime::RowRun> *earlyRows(int32_t param) const {
+    return passSteps() && rows_ ? rows_->readOf(param) : nullptr;
+  }
   // A unit's weights and moments in the simulated device memory, each in its slot layout.
   struct DeviceAdamw {
     uint8_t *weights, *m, *v;
@@ -160,8 +169,10 @@ private:
     int64_t step = 0;
     std::vector<float> *grads = nullptr;
     bool stepWhenSummed = false; // the step's last pass: each parameter steps from `grads` once summed
+    std::shared_ptr<const runtime::StepTokenRows> rows; // the step's token rows (UPDATE_UNREAD_ROWS)
     std::vector<bool> updated;   // per unit: its AdamW ran
     std::vector<bool> updateRan; // per unit: its CPU UPDATE ran (poisoned or not)
+    std::vector<std::string> unreadRowsStepped; // units whose UPDATE_UNREAD_ROWS stepped rows
     std::vector<std::pair<double, double>> times; // seconds from `start`
     std::chrono::steady_clock::time_point start;
   };
@@ -177,6 +188,7 @@ private:
   std::vector<int> pending_;
   std::vector<std::vector<float>> partial_;
   bool stepWhenSummed_ = false;
+  std::shared_ptr<const runtime::StepTokenRows> rows_; // of the pass whose action runs
   std::vector<int> sumPending_; // per parameter: contributions still to come this pass (stepWhenSummed_)
   // The NaN/Inf check of each unit's gradients, right after its BACKWARD, as
   // the GPU runtime does it (runtime/cuda/FiniteCheckKernels.h): the first
@@ -647,11 +659,14 @@ llvm::Error StreamExecutor::compute(int i, const plan::StreamAction &a) {
       if (ac.kind() == plan::Activation::LOSS) {
         const double loss = viewOf(*v, ac.type()).getAsDouble(0);
         losses_[size_t(mb)] = loss;
-        if (backwardPass_ && !std::isfinite(loss) && !plan_.optimizer().no_finite_check())
+        if (backwardPass_ && !std::isfinite(loss) && !plan_.optimizer().no_finite_check()) {
+          // Only the early AdamW of rows no token read may have run (UPDATE_UNREAD_ROWS).
+          const std::vector<std::string> &early = passes_.at(pass_).unreadRowsStepped;
           return llvm::make_error<runtime::NonFiniteError>(
-              "the loss is " + std::to_string(loss) + " (forward, before any update)" +
+              "the loss is " + std::to_string(loss) + (early.empty() ? " (forward, before any update)" : " (forward)") +
                   (M_ > 1 ? " in micro-batch " + std::to_string(mb) + " of the pass" : std::string()),
-              "");
+              runtime::updatedUnitList({}, early));
+        }
       }
     }
     if (keep)
@@ -742,10 +757,18 @@ llvm::Error StreamExecutor::updateFrom(int u, const uint8_t *base, bool poisoned
     const plan::Parameter &p = plan_.parameters(pid);
     const int64_t o = lay.offsets[size_t(k)];
     const float *g = reinterpret_cast<const float *>(base + o);
+    const std::vector<runtime::RowRun> *read = dev ? nullptr : earlyRows(pid); // the rest stepped early
     if (grads_) {
       float *dst = grads_->data() + p.host_offset();
       cpu::addInto(dst, g, p.numel());
-      if (stepWhenSummed_ && --sumPending_[size_t(pid)] == 0) updateParam(pid, dst, lr_, 1.0f);
+      if (stepWhenSummed_ && --sumPending_[size_t(pid)] == 0) {
+        if (read) updateTableRows(pid, *read, dst, lr_);
+        else updateParam(pid, dst, lr_, 1.0f);
+      }
+      continue;
+    }
+    if (read) {
+      updateTableRows(pid, *read, g, lr_);
       continue;
     }
     if (dev) {
@@ -814,6 +837,23 @@ llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
   return llvm::Error::success();
 }
 
+// The host's AdamW, with a zero gradient, of the rows of the unit's
+// token-indexed tables that no token of the step reads, in a pass that steps
+// (runtime/plan/TokenRows.h); the unit's UPDATE then steps the others.
+llvm::Error StreamExecutor::updateUnreadRows(int i, const plan::StreamAction &a) {
+  if (a.stream() != plan::StreamAction::CPU) return err("schedule: " + actionText(i) + " runs on the CPU");
+  const std::vector<int32_t> params = plan::unreadRowsParameters(plan_, a.unit());
+  if (params.empty()) return err("schedule: " + actionText(i) + ": the unit has no token-indexed table stepped on the host");
+  bool stepped = false;
+  for (int32_t q : params)
+    if (const std::vector<runtime::RowRun> *read = earlyRows(q)) {
+      updateTableRows(q, *read, nullptr, lr_);
+      stepped = true;
+    }
+  if (stepped) passes_.at(pass_).unreadRowsStepped.push_back(plan_.units(a.unit()).name());
+  return llvm::Error::success();
+}
+
 // FETCH_MOMENTS and WRITEBACK: of an adamw_on_gpu unit, on its weight slot.
 llvm::Error StreamExecutor::checkMomentAction(int i, const plan::StreamAction &a) const {
   if (!onGpu(a.unit())) return err("schedule: " + actionText(i) + ": the unit does not run its AdamW on the GPU");
@@ -872,6 +912,7 @@ llvm::Error StreamExecutor::execute(int i) {
   case plan::StreamAction::WRITEBACK: return writeback(i, a);
   case plan::StreamAction::SAVE_CHECKPOINT: return saveCheckpoint(i, a);
   case plan::StreamAction::LOAD_CHECKPOINT: return loadCheckpoint(i, a);
+  case plan::StreamAction::UPDATE_UNREAD_ROWS: return updateUnreadRows(i, a);
   default: return err("schedule: action " + llvm::Twine(i) + " has an unknown kind");
   }
 }
@@ -900,6 +941,8 @@ llvm::Error StreamExecutor::runPass(const std::vector<std::pair<Tensor, Tensor>>
   ctx.step = state_.step;
   ctx.grads = grads;
   ctx.stepWhenSummed = stepWhenSummed_;
+  ctx.rows = stepRows_;
+  rows_ = stepRows_;
   ctx.updated.assign(size_t(plan_.units_size()), false);
   ctx.updateRan = ctx.updated;
   ctx.times.assign(size_t(s_->actions_size()), {0.0, 0.0});
@@ -966,8 +1009,9 @@ llvm::Error StreamExecutor::runPass(const std::vector<std::pair<Tensor, Tensor>>
     std::sort(order.begin(), order.end(), [&](int a, int b) { return bwdPos_[size_t(a)] < bwdPos_[size_t(b)]; });
     std::vector<std::string> updated;
     for (int u : order) updated.push_back(plan_.units(u).name());
+    const std::vector<std::string> early = ctx.unreadRowsStepped;
     retirePasses();
-    return llvm::make_error<runtime::NonFiniteError>(firstBad_, runtime::updatedUnitList(updated));
+    return llvm::make_error<runtime::NonFiniteError>(firstBad_, runtime::updatedUnitList(updated, early));
   }
   retirePasses();
   losses.assign(losses_.begin(), losses_.begin() + long(microBatches.size()));
@@ -983,11 +1027,13 @@ llvm::Error StreamExecutor::executeIn(int i, int64_t tag) {
   const float lr = lr_;
   std::vector<float> *grads = grads_;
   const bool summed = stepWhenSummed_;
+  std::shared_ptr<const runtime::StepTokenRows> rows = rows_;
   pass_ = tag;
   state_.step = c.step;
   lr_ = c.lr;
   grads_ = c.grads;
   stepWhenSummed_ = c.stepWhenSummed;
+  rows_ = c.rows;
   updated_ = &c.updated;
   const auto since = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - c.start).count(); };
   const double t0 = since();
@@ -998,6 +1044,7 @@ llvm::Error StreamExecutor::executeIn(int i, int64_t tag) {
   lr_ = lr;
   grads_ = grads;
   stepWhenSummed_ = summed;
+  rows_ = rows;
   return r;
 }
 

@@ -38,20 +38,24 @@ inline void one(float &p, float grad, float &m, float &v, const Coefficients &k)
   p = std::fma(-k.stepSize, mi / den, p * k.decay);
 }
 
+// A null gradient is a zero one (adamwUpdate's).
+inline float gradAt(const float *grad, int64_t i) { return grad ? grad[i] : 0.0f; }
+
 // The same, and the new weight's bf16 rounding where `bf16` is given.
 inline void one(float &p, float grad, float &m, float &v, const Coefficients &k, uint16_t *bf16) {
   one(p, grad, m, v, k);
   if (bf16) *bf16 = floatToBf16(p);
 }
 
-// The update reads and writes 28 bytes per parameter and computes little: it
-// runs at the host's memory bandwidth. Non-temporal stores for p, m and v
-// (written once, read again only by the next step or the H2D copy) skip the
-// cache on the way out: on the H200 machine, 16 threads went from 3.3-4.2 to
-// 4.6-5.0 G params/s with them (AVX-512 only; an AVX2 CPU gets the compiler's
-// vectorized loop with plain stores). They need aligned addresses: the head runs
-// scalar until p is aligned, and an array whose alignment differs from p's is
-// stored plainly.
+// The update reads and writes 28 bytes per parameter (30 with the bf16 copy)
+// and computes little: it runs at the host's memory bandwidth. Non-temporal
+// stores for p, m, v and the bf16 copy (written once, read again only by the
+// next step or the H2D copy) skip the cache on the way out: on the H200
+// machine, 16 threads went from 3.3-4.2 to 4.6-5.0 G params/s with them; a
+// plain store first reads its line, 2 more bytes a parameter for the bf16
+// copy (AVX-512 only; an AVX2 CPU gets the compiler's vectorized loop with
+// plain stores). They need aligned addresses: the head runs scalar until p is
+// aligned, and an array whose alignment differs from p's is stored plainly.
 // GCC 12 flags the _mm512_undefined_ps() inside its own _mm512_sqrt_ps.
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -69,15 +73,16 @@ __attribute__((target("avx512f"))) void updateAvx512(float *__restrict param, co
                                                      const Coefficients &k, uint16_t *__restrict bf16) {
   int64_t i = 0;
   for (; i < n && (reinterpret_cast<uintptr_t>(param + i) & 63) != 0; ++i)
-    one(param[i], grad[i], m[i], v[i], k, bf16 ? bf16 + i : nullptr);
+    one(param[i], gradAt(grad, i), m[i], v[i], k, bf16 ? bf16 + i : nullptr);
   const bool mAligned = (reinterpret_cast<uintptr_t>(m + i) & 63) == 0;
   const bool vAligned = (reinterpret_cast<uintptr_t>(v + i) & 63) == 0;
+  const bool bf16Aligned = bf16 && (reinterpret_cast<uintptr_t>(bf16 + i) & 31) == 0;
   const __m512 b1 = _mm512_set1_ps(k.b1), c1 = _mm512_set1_ps(k.c1), b2 = _mm512_set1_ps(k.b2),
                c2 = _mm512_set1_ps(k.c2), negStep = _mm512_set1_ps(-k.stepSize),
                invBc2Sqrt = _mm512_set1_ps(k.invBc2Sqrt), eps = _mm512_set1_ps(k.eps),
                decay = _mm512_set1_ps(k.decay), gradScale = _mm512_set1_ps(k.gradScale);
   for (; i + 16 <= n; i += 16) {
-    const __m512 g = _mm512_mul_ps(_mm512_loadu_ps(grad + i), gradScale);
+    const __m512 g = _mm512_mul_ps(grad ? _mm512_loadu_ps(grad + i) : _mm512_setzero_ps(), gradScale);
     const __m512 mi = _mm512_fmadd_ps(b1, _mm512_loadu_ps(m + i), _mm512_mul_ps(c1, g));
     const __m512 vi = _mm512_fmadd_ps(b2, _mm512_loadu_ps(v + i), _mm512_mul_ps(c2, _mm512_mul_ps(g, g)));
     const __m512 den = _mm512_fmadd_ps(_mm512_sqrt_ps(vi), invBc2Sqrt, eps);
@@ -87,16 +92,17 @@ __attribute__((target("avx512f"))) void updateAvx512(float *__restrict param, co
     if (vAligned) _mm512_stream_ps(v + i, vi);
     else _mm512_storeu_ps(v + i, vi);
     _mm512_stream_ps(param + i, p);
-    if (bf16) _mm256_storeu_si256(reinterpret_cast<__m256i *>(bf16 + i), bf16Avx512(p));
+    if (bf16Aligned) _mm256_stream_si256(reinterpret_cast<__m256i *>(bf16 + i), bf16Avx512(p));
+    else if (bf16) _mm256_storeu_si256(reinterpret_cast<__m256i *>(bf16 + i), bf16Avx512(p));
   }
-  for (; i < n; ++i) one(param[i], grad[i], m[i], v[i], k, bf16 ? bf16 + i : nullptr);
+  for (; i < n; ++i) one(param[i], gradAt(grad, i), m[i], v[i], k, bf16 ? bf16 + i : nullptr);
   _mm_sfence(); // the streamed stores are visible before the caller signals that the update is done
 }
 #pragma GCC diagnostic pop
 
 void updateScalar(float *param, const float *grad, float *m, float *v, int64_t n, const Coefficients &k,
                   uint16_t *bf16) {
-  for (int64_t i = 0; i < n; ++i) one(param[i], grad[i], m[i], v[i], k, bf16 ? bf16 + i : nullptr);
+  for (int64_t i = 0; i < n; ++i) one(param[i], gradAt(grad, i), m[i], v[i], k, bf16 ? bf16 + i : nullptr);
 }
 
 // The same loop, vectorized by the compiler for AVX2 (plain stores); the
@@ -104,7 +110,10 @@ void updateScalar(float *param, const float *grad, float *m, float *v, int64_t n
 __attribute__((target("avx2,fma"))) void updateAvx2(float *__restrict param, const float *__restrict grad,
                                                    float *__restrict m, float *__restrict v, int64_t n,
                                                    const Coefficients &k, uint16_t *__restrict bf16) {
-  for (int64_t i = 0; i < n; ++i) one(param[i], grad[i], m[i], v[i], k);
+  if (grad)
+    for (int64_t i = 0; i < n; ++i) one(param[i], grad[i], m[i], v[i], k);
+  else
+    for (int64_t i = 0; i < n; ++i) one(param[i], 0.0f, m[i], v[i], k);
   if (bf16)
     for (int64_t i = 0; i < n; ++i) bf16[i] = floatToBf16(param[i]);
 }
@@ -180,16 +189,18 @@ void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, in
 
 void adamwUpdateSegments(const std::vector<AdamWSegment> &segments, int64_t step, const AdamWHyper &h,
                          float gradScale, int threads) {
-  int64_t total = 0;
-  for (const AdamWSegment &s : segments) total += s.n;
-  forChunks(total, threads, [&](int64_t b, int64_t e) {
-    int64_t at = 0;
-    for (const AdamWSegment &s : segments) {
-      int64_t lo = std::max(b, at), hi = std::min(e, at + s.n);
+  // starts[j]: segment j's first element in the concatenation (a chunk
+  // finds its first segment by bisection: a table's rows may be thousands).
+  std::vector<int64_t> starts(segments.size() + 1, 0);
+  for (size_t j = 0; j < segments.size(); ++j) starts[j + 1] = starts[j] + segments[j].n;
+  forChunks(starts.back(), threads, [&](int64_t b, int64_t e) {
+    size_t j = size_t(std::upper_bound(starts.begin(), starts.end(), b) - starts.begin()) - 1;
+    for (; j < segments.size() && starts[j] < e; ++j) {
+      const AdamWSegment &s = segments[j];
+      const int64_t at = starts[j], lo = std::max(b, at), hi = std::min(e, at + s.n);
       if (lo < hi)
-        adamwUpdate(s.param + (lo - at), s.grad + (lo - at), s.m + (lo - at), s.v + (lo - at), hi - lo, step, h,
-                    s.decay, gradScale, s.bf16 ? s.bf16 + (lo - at) : nullptr);
-      at += s.n;
+        adamwUpdate(s.param + (lo - at), s.grad ? s.grad + (lo - at) : nullptr, s.m + (lo - at), s.v + (lo - at),
+                    hi - lo, step, h, s.decay, gradScale, s.bf16 ? s.bf16 + (lo - at) : nullptr);
     }
   });
 }

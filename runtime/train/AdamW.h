@@ -30,6 +30,8 @@ AdamWCoefficients adamwCoefficients(int64_t step, const AdamWHyper &h, bool deca
 // weight's bf16 rounding (to nearest even, as floatToBf16 and the GPU's
 // packing) is written there too (weights streamed as bf16,
 // runtime/plan/Bf16Weights.h): 2 bytes beside the 28 the update moves.
+// A null `grad` is a zero gradient, rounded as one: the rows of a
+// token-indexed table that no token read (runtime/plan/TokenRows.h).
 void adamwUpdate(float *param, const float *grad, float *m, float *v, int64_t n, int64_t step, const AdamWHyper &h,
                  bool decay, float gradScale = 1.0f, uint16_t *bf16 = nullptr);
 
@@ -48,7 +50,7 @@ void adamwUpdateParallel(float *param, const float *grad, float *m, float *v, in
 // A stretch of one parameter for adamwUpdateSegments.
 struct AdamWSegment {
   float *param;
-  const float *grad;
+  const float *grad; // null: a zero gradient
   float *m, *v;
   int64_t n;
   bool decay;

@@ -28,10 +28,11 @@ std::string nonFiniteGradientMessage(const std::string &unit, const std::string 
          "; its update and the rest of the step were stopped";
 }
 
-std::string updatedUnitList(const std::vector<std::string> &names) {
-  std::string s;
+std::string updatedUnitList(const std::vector<std::string> &names, const std::vector<std::string> &unreadRowsOf) {
+  std::string s, rows;
   for (const std::string &n : names) s += (s.empty() ? "unit '" : ", '") + n + "'";
-  return s;
+  for (const std::string &n : unreadRowsOf) rows += (rows.empty() ? "the rows no token read of unit '" : ", '") + n + "'";
+  return s.empty() || rows.empty() ? s + rows : s + " and " + rows;
 }
 
 std::optional<std::pair<std::string, int64_t>> injectionFromEnvironment(const char *variable) {

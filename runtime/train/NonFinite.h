@@ -34,8 +34,10 @@ std::optional<std::pair<std::string, int64_t>> injectionFromEnvironment(const ch
 // of the step were stopped". Every backend's check words it so.
 std::string nonFiniteGradientMessage(const std::string &unit, const std::string &param, const std::string &value,
                                      int64_t element, const std::string &where = "");
-// The units a step had updated, as NonFiniteError lists them: "unit 'a', 'b'" ("" for none).
-std::string updatedUnitList(const std::vector<std::string> &names);
+// The units a step had updated, as NonFiniteError lists them: "unit 'a', 'b'" ("" for none);
+// with the units whose token-indexed tables' unread rows had stepped early
+// (runtime/plan/TokenRows.h): "... and the rows no token read of unit 'embed'".
+std::string updatedUnitList(const std::vector<std::string> &names, const std::vector<std::string> &unreadRowsOf = {});
 
 // A NaN or Inf in a step's loss or gradients. The message names what held
 // it; `updatedUnits` lists the units whose AdamW update this step already

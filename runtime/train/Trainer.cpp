@@ -8,6 +8,7 @@
 #include "runtime/cpu/Gemm.h"
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
@@ -76,6 +77,7 @@ llvm::Error Trainer::initHostState(int64_t simulatedDeviceBytes) {
   hyper_ = {o.lr(), o.beta1(), o.beta2(), o.eps(), o.weight_decay()};
   injectNan_ = nanInjectionFromEnvironment();
   injectGpuFault_ = gpuFaultInjectionFromEnvironment();
+  earlyRowParams_ = earlyRowParameters(plan_);
   return llvm::Error::success();
 }
 
@@ -98,6 +100,17 @@ void Trainer::updateParamAt(int32_t id, float *param, const float *grad, float *
   AdamWHyper h = hyper_;
   h.lr = lr;
   adamwUpdateParallel(param, grad, m, v, p.numel(), step < 0 ? state_.step : step, h, p.decay(), gradScale, bf16);
+}
+
+void Trainer::updateTableRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr, int64_t step) {
+  const plan::Parameter &p = plan_.parameters(id);
+  const size_t off = size_t(p.host_offset());
+  std::vector<AdamWSegment> segments;
+  appendRowSegments(segments, p, grad ? read : unreadRuns(read, plan::parameterRows(p)), state_.params.data() + off, grad,
+                    state_.m.data() + off, state_.v.data() + off, bf16Of(id));
+  AdamWHyper h = hyper_;
+  h.lr = lr;
+  adamwUpdateSegments(segments, step < 0 ? state_.step : step, h, 1.0f, cpu::numThreads());
 }
 
 void Trainer::refreshBf16Weights() {
@@ -382,6 +395,8 @@ llvm::Expected<double> Trainer::runPasses(const std::vector<std::pair<Tensor, Te
   const size_t share = microBatches.size() / gpus;
   auto which = [&](size_t g) { return "GPU " + std::to_string(g) + " of " + std::to_string(gpus); };
   const bool inLastPass = grads && stepsInLastPass(microBatches.size());
+  // The rows every GPU's share of the step reads (runtime/plan/TokenRows.h).
+  stepRows_ = earlyRowParams_.empty() ? nullptr : stepTokenRows(plan_, earlyRowParams_, microBatches);
   double lossSum = 0;
   for (size_t first = 0; first < microBatches.size(); first += perPass) {
     const size_t g = first / share;
@@ -415,6 +430,7 @@ llvm::Expected<double> Trainer::forwardBackwardAsPass(const Tensor &tokens, cons
   if (microBatchesPerPass() != 1)
     return err("forwardBackward runs one micro-batch; the plan's passes carry " + llvm::Twine(microBatchesPerPass()) +
                " (forwardBackwardPass)");
+  stepRows_ = earlyRowParams_.empty() ? nullptr : stepTokenRows(plan_, earlyRowParams_, {{tokens, targets}});
   auto losses = forwardBackwardPass({{tokens, targets}}, {lossScale}, grads, lr);
   if (!losses) return losses.takeError();
   return losses->front();

@@ -14,6 +14,7 @@
 #include "runtime/train/AdamW.h"
 #include "runtime/train/GpuShares.h"
 #include "runtime/train/NonFinite.h"
+#include "runtime/train/TokenRowSets.h"
 
 #include "llvm/Support/raw_ostream.h"
 
@@ -151,6 +152,10 @@ protected:
   // `bf16`: the weights' bf16 copy, written beside them (updateParam passes the host's).
   void updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr, float gradScale,
                      int64_t step = -1, uint16_t *bf16 = nullptr);
+  // AdamW of token-indexed table `id` (runtime/train/TokenRowSets.h) over some
+  // of its rows on the host arrays: with `grad` (the whole table's gradient)
+  // the rows `read` lists, without it the others, with a zero gradient.
+  void updateTableRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr, int64_t step = -1);
   // AdamW on parameter `id` from one unit's gradient: at once, or for a
   // parameter several units use (tied weights) summed in partial[id] until
   // the last of pending[id] contributions arrives.
@@ -217,6 +222,11 @@ protected:
   bool emulateCompute_ = false;
   std::optional<NanInjection> injectNan_; // MEGAC_INJECT_NAN (runtime/train/NonFinite.h)
   std::optional<GpuFaultInjection> injectGpuFault_; // MEGAC_INJECT_GPU_FAULT (runtime/train/GpuShares.h)
+  // Token-indexed tables whose unread rows step early (the schedule's
+  // UPDATE_UNREAD_ROWS), and the rows the tokens of the step being run read
+  // (set by runPasses; an UPDATE that runs on beside the next step keeps its own).
+  std::vector<int32_t> earlyRowParams_;
+  std::shared_ptr<const StepTokenRows> stepRows_;
 
 private:
   Tensor paramTensor(int32_t id) const;

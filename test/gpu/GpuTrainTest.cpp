@@ -438,6 +438,31 @@ TEST(GpuHostUpdateOrder, TrainsAsArrivalOrderBitForBit) {
   }
 }
 
+// The embedding's unread rows stepped by the host right after the forward's
+// copy of the table (UPDATE_UNREAD_ROWS, runtime/plan/TokenRows.h), the rows
+// the tokens read after the backward: 3 steps give the plan without it its
+// losses and state bit for bit (fp32; one pass, and two passes of a step).
+TEST(GpuUnreadRowsEarly, TrainsAsTheWholeTableAfterTheBackwardBitForBit) {
+  for (int passes : {1, 2}) {
+    SCOPED_TRACE(std::to_string(passes) + " pass(es) a step");
+    TrainRun runs[2];
+    for (int early = 0; early < 2; ++early) {
+      codegen::CodegenOptions co;
+      co.compute = "fp32";
+      co.schedule.residentUnits = 0;
+      co.schedule.gpuAdamwUnits = 0;
+      co.schedule.unreadRowsEarly = early == 1;
+      co.optimizer.set_grad_accum(passes);
+      plan::Plan p = compileFixtureWith("llama", 16, co);
+      int actions = 0;
+      for (const plan::StreamAction &a : p.schedule().actions()) actions += a.kind() == plan::StreamAction::UPDATE_UNREAD_ROWS;
+      ASSERT_EQ(actions, early);
+      runs[early] = trainRunOn(gpuTrainer(p), "llama", 3, passes);
+    }
+    expectSameRun(runs[0], runs[1], "unread rows stepped early against the whole table after the backward");
+  }
+}
+
 // Micro-batches counting different numbers of targets: the CUDA runtime's
 // step weighs them by their counts, as the CPU backend does (TokenWeightedStep.h).
 TEST(GpuTokenWeightedStep, TwoMicroBatchesOfUnequalCountsMatchPyTorch) {

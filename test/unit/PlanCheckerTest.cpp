@@ -18,11 +18,15 @@ using namespace megac::testing;
 
 namespace {
 
-plan::Plan compileFixture(const char *model, int weightSlots = 2, int gradSlots = 2, int residentUnits = 0) {
+// The tests below name actions by their index in these plans: without the
+// early step of the embedding's unread rows unless asked (its own tests).
+plan::Plan compileFixture(const char *model, int weightSlots = 2, int gradSlots = 2, int residentUnits = 0,
+                          bool unreadRowsEarly = false) {
   codegen::ScheduleOptions so;
   so.weightSlots = weightSlots;
   so.gradSlots = gradSlots;
   so.residentUnits = residentUnits;
+  so.unreadRowsEarly = unreadRowsEarly;
   return compileFixtureScheduled(model, so);
 }
 
@@ -274,6 +278,37 @@ TEST(PlanChecker, BackwardBeforeTheGradientOfItsOutput) {
   EXPECT_CONTAINS(m, "read before write");
   EXPECT_CONTAINS(m, "action 8 (BACKWARD of 'layer.1'");
   EXPECT_CONTAINS(m, "before the BACKWARD of 'head' adds to it");
+}
+
+// The host's early AdamW of the embedding's unread rows (runtime/plan/TokenRows.h):
+// action 1 of the default schedule, after the forward's PREFETCH of embed.
+TEST(PlanChecker, UnreadRowsStepAfterTheForwardsCopy) {
+  const plan::Plan early = compileFixture("llama", 2, 2, 0, /*unreadRowsEarly=*/true);
+  ASSERT_EQ(early.schedule().actions(1).kind(), plan::StreamAction::UPDATE_UNREAD_ROWS);
+  EXPECT_EQ(check(early), "");
+
+  plan::Plan p = early;
+  removeWait(action(p, 1), p, "u0.fetched");
+  std::string m = check(p);
+  EXPECT_CONTAINS(m, "missing wait");
+  EXPECT_CONTAINS(m, "action 1 (UPDATE_UNREAD_ROWS of 'embed') waits no event of action 0 (PREFETCH of 'embed'");
+
+  p = early;
+  moveAfter(p, 0, 1); // before the PREFETCH
+  EXPECT_CONTAINS(check(p), "read before prefetch");
+
+  p = early;
+  action(p, 1).set_unit(1); // layer.0 has no token-indexed table
+  EXPECT_CONTAINS(check(p), "has no token-indexed table");
+
+  p = early;
+  action(p, 1).set_stream(plan::StreamAction::COMPUTE);
+  EXPECT_CONTAINS(check(p), "is on stream COMPUTE, not CPU");
+
+  // After the unit's UPDATE (the last action): the late rows would be stepped twice.
+  p = early;
+  moveAfter(p, 1, p.schedule().actions_size() - 1);
+  EXPECT_CONTAINS(check(p), "comes after the unit's UPDATE");
 }
 
 TEST(PlanChecker, CheckpointRegionTooShort) {

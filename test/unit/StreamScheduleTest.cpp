@@ -6,6 +6,7 @@
 
 #include "driver/Compile.h"
 #include "runtime/plan/FusedAttention.h"
+#include "runtime/plan/PlanChecker.h"
 #include "runtime/plan/StreamLayout.h"
 
 using namespace megac;
@@ -13,11 +14,14 @@ using namespace megac::testing;
 
 namespace {
 
-plan::Plan compileLlama(int weightSlots = 2, int gradSlots = 2, bool overlapSteps = false) {
+// Without the early step of the embedding's unread rows (UPDATE_UNREAD_ROWS),
+// unless asked: its own test below.
+plan::Plan compileLlama(int weightSlots = 2, int gradSlots = 2, bool overlapSteps = false, bool unreadRowsEarly = false) {
   codegen::ScheduleOptions so;
   so.weightSlots = weightSlots;
   so.gradSlots = gradSlots;
   so.overlapSteps = overlapSteps;
+  so.unreadRowsEarly = unreadRowsEarly;
   return compileFixtureScheduled("llama", so);
 }
 
@@ -125,6 +129,32 @@ TEST(StreamSchedule, OverlappingStepsWaitForThePreviousStepsUpdates) {
   };
   EXPECT_EQ(render(s), want);
   EXPECT_FALSE(compileLlama().schedule().overlap_steps());
+}
+
+// The embedding's table is read only by the Gather of the tokens: the
+// forward's PREFETCH of embed also records u0.fetched, and the host's AdamW of
+// the rows no token reads follows it on the CPU (runtime/plan/TokenRows.h).
+// Nothing else changes; no other unit has such a table, and the backward's
+// PREFETCH of embed records nothing more.
+TEST(StreamSchedule, UnreadRowsStepAfterTheForwardsCopyOfTheTable) {
+  plan::Plan base = compileLlama(2, 2, /*overlapSteps=*/true);
+  plan::Plan p = compileLlama(2, 2, /*overlapSteps=*/true, /*unreadRowsEarly=*/true);
+  std::vector<std::string> want = render(base.schedule());
+  ASSERT_EQ(want[0], "P0 w0 | u0.updated | w0.ready");
+  want[0] += " u0.fetched";
+  want.insert(want.begin() + 1, "U0 | u0.fetched |");
+  EXPECT_EQ(render(p.schedule()), want);
+  EXPECT_EQ(p.schedule().actions(1).kind(), plan::StreamAction::UPDATE_UNREAD_ROWS);
+  EXPECT_EQ(p.schedule().actions(1).stream(), plan::StreamAction::CPU);
+  llvm::Error checked = plan::checkPlan(p);
+  EXPECT_FALSE(bool(checked)) << llvm::toString(std::move(checked));
+  // With --clip the AdamW waits for the global norm: no early step.
+  codegen::CodegenOptions co;
+  co.schedule.overlapSteps = true;
+  co.optimizer.set_clip(1.0f);
+  plan::Plan clip = compileFixtureWith("llama", 16, co);
+  for (const plan::StreamAction &a : clip.schedule().actions())
+    EXPECT_NE(a.kind(), plan::StreamAction::UPDATE_UNREAD_ROWS);
 }
 
 TEST(StreamSchedule, ThreeWeightSlotsPrefetchTwoAheadAndReuseThreeResidents) {

@@ -77,7 +77,8 @@ const char *kindClass(int kind) {
   case StreamAction::FORWARD: return "forward";
   case StreamAction::BACKWARD: return "backward";
   case StreamAction::OFFLOAD: return "offload";
-  case StreamAction::UPDATE: return "update";
+  case StreamAction::UPDATE:
+  case StreamAction::UPDATE_UNREAD_ROWS: return "update";
   case StreamAction::FETCH_MOMENTS: return "moments";
   case StreamAction::WRITEBACK: return "writeback";
   case StreamAction::SAVE_CHECKPOINT: return "ckpt-out";

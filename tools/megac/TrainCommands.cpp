@@ -86,6 +86,13 @@ static cl::opt<std::string> OverlapSteps(
              "the next step's forward, whose first copy of each unit waits for that unit's update. off: a step ends "
              "when every update has run"),
     cl::init("on"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> UnreadRowsEarly(
+    "unread-rows-early",
+    cl::desc("on (default): the rows of an untied embedding table that no token of the step reads are stepped by "
+             "the host's AdamW (with their zero gradient) as soon as the step has copied the table to the GPU, so "
+             "that its update after the backward, which the next step's first copy waits for, steps only the rows "
+             "the tokens read. off: the whole table after the backward. The same arithmetic either way"),
+    cl::init("on"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> UpdateOrderFlag(
     "update-order",
     cl::desc("The order of the host's AdamW updates of streamed units. auto (default): where steps overlap, the "
@@ -358,6 +365,9 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   if (OverlapSteps != "on" && OverlapSteps != "off")
     return flagError("--overlap-steps must be on or off, not '" + OverlapSteps + "'");
   so.overlapSteps = OverlapSteps == "on";
+  if (UnreadRowsEarly != "on" && UnreadRowsEarly != "off")
+    return flagError("--unread-rows-early must be on or off, not '" + UnreadRowsEarly + "'");
+  so.unreadRowsEarly = UnreadRowsEarly == "on";
   auto order = codegen::parseUpdateOrder(UpdateOrderFlag);
   if (!order) return order.takeError();
   so.updateOrder = *order;

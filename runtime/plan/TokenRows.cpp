@@ -1,0 +1,75 @@
+#include "runtime/plan/TokenRows.h"
+
+#include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/UnitPrograms.h"
+
+#include <algorithm>
+
+namespace megac::plan {
+
+static int64_t gatherAxis(const Program::Op &op) {
+  for (const Attribute &a : op.attributes())
+    if (a.name() == "axis" && a.value_case() == Attribute::kI) return a.i();
+  return 0;
+}
+
+bool readOnlyByTokenGather(const Plan &plan, int32_t param) {
+  if (param < 0 || param >= plan.parameters_size()) return false;
+  const Parameter &p = plan.parameters(param);
+  if (p.units_size() != 1 || p.type().shape_size() < 1 || p.tied_embedding_head()) return false;
+  const int32_t u = p.units(0);
+  if (u < 0 || u >= plan.units_size()) return false;
+  const Unit &unit = plan.units(u);
+  if (unit.template_id() < 0 || unit.template_id() >= plan.templates_size()) return false;
+  const Template &t = plan.templates(unit.template_id());
+  // The template's argument positions of the unit's token input.
+  std::vector<int> tokenArgs;
+  for (int k = 0; k < unit.activation_inputs_size(); ++k) {
+    const int32_t act = unit.activation_inputs(k);
+    if (act >= 0 && act < plan.activations_size() && plan.activations(act).kind() == Activation::DATA_TOKENS)
+      tokenArgs.push_back(k);
+  }
+  if (tokenArgs.empty()) return false;
+  bool read = false;
+  for (int k = 0; k < unit.parameters_size(); ++k) {
+    if (unit.parameters(k) != param) continue;
+    const int arg = t.num_activation_inputs() + k;
+    for (const Program *prog : templatePrograms(t)) {
+      if (arg >= prog->arguments_size()) return false;
+      const int32_t value = prog->arguments(arg);
+      if (std::find(prog->results().begin(), prog->results().end(), value) != prog->results().end()) return false;
+      for (const Program::Op &op : prog->ops())
+        for (int i = 0; i < op.inputs_size(); ++i) {
+          if (op.inputs(i) != value) continue;
+          if (op.type() != "Gather" || i != 0 || gatherAxis(op) != 0 || op.inputs_size() < 2) return false;
+          const int32_t indices = op.inputs(1);
+          const bool ofTokens = std::any_of(tokenArgs.begin(), tokenArgs.end(), [&](int a) {
+            return a < prog->arguments_size() && prog->arguments(a) == indices;
+          });
+          if (!ofTokens) return false;
+          read = true;
+        }
+    }
+  }
+  return read;
+}
+
+std::vector<int32_t> unreadRowsParameters(const Plan &plan, int unit) {
+  std::vector<int32_t> out;
+  if (unit < 0 || unit >= plan.units_size()) return out;
+  if (plan.optimizer().clip() > 0 || !steppedOnHost(plan.units(unit))) return out;
+  for (int32_t q : plan.units(unit).parameters())
+    if (readOnlyByTokenGather(plan, q)) out.push_back(q);
+  return out;
+}
+
+double readRowsShareBound(const Plan &plan, int32_t param) {
+  const int64_t rows = parameterRows(plan.parameters(param));
+  const double tokens = double(std::max<int64_t>(plan.batch(), 1)) * double(std::max<int64_t>(plan.seq(), 1)) *
+                        double(stepMicroBatches(plan));
+  return rows <= 0 ? 1.0 : std::min(1.0, tokens / double(rows));
+}
+
+std::string unitFetchedEventName(int unit) { return "u" + std::to_string(unit) + ".fetched"; }
+
+} // namespace megac::plan
