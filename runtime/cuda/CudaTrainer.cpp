@@ -907,6 +907,15 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
     const plan::Unit &unit = plan_.units(a.unit());
     const plan::WeightLayout &lay = layouts_[size_t(a.unit())];
     llvm::Error e = llvm::Error::success();
+    // A CPU action's job: its unit, and the pass's numbers it steps with.
+    auto cpuJob = [&] {
+      job.unit = a.unit();
+      job.action = i;
+      job.lr = lr;
+      job.step = state_.step;
+      job.pass = pass_;
+      job.passStart = passStartHost_;
+    };
     if (!onCpu) {
       MEGAC_CUDA_TRY(cudaEventRecord(timing_[size_t(2 * i)], st));
       timed[size_t(i)] = true;
@@ -1062,13 +1071,8 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
         if (resident_[size_t(a.unit())] && !grads) deviceNewer_ = true;
         break;
       }
-      job.unit = a.unit();
+      cpuJob();
       job.slot = a.grad_slot();
-      job.action = i;
-      job.lr = lr;
-      job.step = state_.step;
-      job.pass = pass_;
-      job.passStart = passStartHost_;
       job.grads = grads;
       job.stepWhenSummed = grads && stepWhenSummed;
       if (!grads || stepWhenSummed) job.rows = stepRows_; // a table whose unread rows stepped early: the rest
@@ -1076,12 +1080,7 @@ llvm::Error CudaTrainer::runPass(const std::vector<std::pair<Tensor, Tensor>> &m
     }
     case plan::StreamAction::UPDATE_UNREAD_ROWS: // init checked the unit
       if (grads && !stepWhenSummed) continue; // a pass that does not step
-      job.unit = a.unit();
-      job.action = i;
-      job.lr = lr;
-      job.step = state_.step;
-      job.pass = pass_;
-      job.passStart = passStartHost_;
+      cpuJob();
       job.unreadRows = true;
       job.rows = stepRows_;
       break;

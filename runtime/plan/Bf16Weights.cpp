@@ -20,30 +20,12 @@ static bool readsAsBf16Operand(llvm::StringRef type, int position) {
 }
 
 bool readOnlyByProducts(const Plan &plan, int32_t param) {
-  if (param < 0 || param >= plan.parameters_size()) return false;
   bool read = false;
-  for (int32_t u : plan.parameters(param).units()) {
-    if (u < 0 || u >= plan.units_size()) return false;
-    const Unit &unit = plan.units(u);
-    if (unit.template_id() < 0 || unit.template_id() >= plan.templates_size()) return false;
-    const Template &t = plan.templates(unit.template_id());
-    for (int k = 0; k < unit.parameters_size(); ++k) {
-      if (unit.parameters(k) != param) continue;
-      const int arg = t.num_activation_inputs() + k;
-      for (const Program *prog : templatePrograms(t)) {
-        if (arg >= prog->arguments_size()) return false;
-        const int32_t value = prog->arguments(arg);
-        if (prog->results().end() != std::find(prog->results().begin(), prog->results().end(), value)) return false;
-        for (const Program::Op &op : prog->ops())
-          for (int i = 0; i < op.inputs_size(); ++i) {
-            if (op.inputs(i) != value) continue;
-            if (!readsAsBf16Operand(op.type(), i)) return false;
-            read = true;
-          }
-      }
-    }
-  }
-  return read;
+  const bool onlyProducts = forEachParameterRead(plan, param, [&](const Program &, const Program::Op &op, int i) {
+    read = true;
+    return readsAsBf16Operand(op.type(), i);
+  });
+  return onlyProducts && read;
 }
 
 std::string whyNotBf16Stream(const Plan &plan, int32_t param) {

@@ -20,8 +20,6 @@ bool readOnlyByTokenGather(const Plan &plan, int32_t param) {
   const int32_t u = p.units(0);
   if (u < 0 || u >= plan.units_size()) return false;
   const Unit &unit = plan.units(u);
-  if (unit.template_id() < 0 || unit.template_id() >= plan.templates_size()) return false;
-  const Template &t = plan.templates(unit.template_id());
   // The template's argument positions of the unit's token input.
   std::vector<int> tokenArgs;
   for (int k = 0; k < unit.activation_inputs_size(); ++k) {
@@ -31,27 +29,14 @@ bool readOnlyByTokenGather(const Plan &plan, int32_t param) {
   }
   if (tokenArgs.empty()) return false;
   bool read = false;
-  for (int k = 0; k < unit.parameters_size(); ++k) {
-    if (unit.parameters(k) != param) continue;
-    const int arg = t.num_activation_inputs() + k;
-    for (const Program *prog : templatePrograms(t)) {
-      if (arg >= prog->arguments_size()) return false;
-      const int32_t value = prog->arguments(arg);
-      if (std::find(prog->results().begin(), prog->results().end(), value) != prog->results().end()) return false;
-      for (const Program::Op &op : prog->ops())
-        for (int i = 0; i < op.inputs_size(); ++i) {
-          if (op.inputs(i) != value) continue;
-          if (op.type() != "Gather" || i != 0 || gatherAxis(op) != 0 || op.inputs_size() < 2) return false;
-          const int32_t indices = op.inputs(1);
-          const bool ofTokens = std::any_of(tokenArgs.begin(), tokenArgs.end(), [&](int a) {
-            return a < prog->arguments_size() && prog->arguments(a) == indices;
-          });
-          if (!ofTokens) return false;
-          read = true;
-        }
-    }
-  }
-  return read;
+  const bool onlyGathers = forEachParameterRead(plan, param, [&](const Program &prog, const Program::Op &op, int i) {
+    read = true;
+    if (op.type() != "Gather" || i != 0 || gatherAxis(op) != 0 || op.inputs_size() < 2) return false;
+    return std::any_of(tokenArgs.begin(), tokenArgs.end(), [&](int a) {
+      return a < prog.arguments_size() && prog.arguments(a) == op.inputs(1);
+    });
+  });
+  return onlyGathers && read;
 }
 
 std::vector<int32_t> unreadRowsParameters(const Plan &plan, int unit) {

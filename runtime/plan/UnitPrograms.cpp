@@ -6,6 +6,30 @@
 
 namespace megac::plan {
 
+bool forEachParameterRead(const Plan &p, int32_t param,
+                          const std::function<bool(const Program &, const Program::Op &, int)> &read) {
+  if (param < 0 || param >= p.parameters_size()) return false;
+  for (int32_t u : p.parameters(param).units()) {
+    if (u < 0 || u >= p.units_size()) return false;
+    const Unit &unit = p.units(u);
+    if (unit.template_id() < 0 || unit.template_id() >= p.templates_size()) return false;
+    const Template &t = p.templates(unit.template_id());
+    for (int k = 0; k < unit.parameters_size(); ++k) {
+      if (unit.parameters(k) != param) continue;
+      const int arg = t.num_activation_inputs() + k;
+      for (const Program *prog : templatePrograms(t)) {
+        if (arg >= prog->arguments_size()) return false;
+        const int32_t value = prog->arguments(arg);
+        if (std::find(prog->results().begin(), prog->results().end(), value) != prog->results().end()) return false;
+        for (const Program::Op &op : prog->ops())
+          for (int i = 0; i < op.inputs_size(); ++i)
+            if (op.inputs(i) == value && !read(*prog, op, i)) return false;
+      }
+    }
+  }
+  return true;
+}
+
 std::vector<const Program *> templatePrograms(const Template &t) {
   std::vector<const Program *> v{&t.forward(), &t.backward()};
   if (hasKeepPrograms(t)) {

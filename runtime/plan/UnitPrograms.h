@@ -4,6 +4,7 @@
 // model and both runtimes.
 #include "runtime/plan/PlanIO.h"
 
+#include <functional>
 #include <vector>
 
 namespace megac::plan {
@@ -30,6 +31,12 @@ inline bool hasKeepPrograms(const Template &t) { return t.has_forward_keep() && 
 std::vector<const Program *> templatePrograms(const Template &t);
 std::vector<Program *> mutableTemplatePrograms(Template &t);
 const char *programRoleName(int index); // "forward", "backward", "forward_keep", "backward_kept"
+// Calls read(program, op, position) for every op input that reads parameter
+// `param`, in every program of every unit that has it; false where read
+// returns false, a program returns the parameter as a result, or the plan
+// does not hold what the parameter names (a unit, a template, an argument).
+bool forEachParameterRead(const Plan &p, int32_t param,
+                          const std::function<bool(const Program &, const Program::Op &, int)> &read);
 // The largest arena of any program of the plan: what the ARENA region holds.
 int64_t largestArenaBytes(const Plan &p);
 // The slices of the sequence its MLP blocks run over (passes/ChunkSequence.cpp
