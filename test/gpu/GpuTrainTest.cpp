@@ -395,6 +395,16 @@ TEST(GpuBf16WeightStream, TrainsAsTheWeightCopiesPlanBitForBit) {
     }
 }
 
+// fp32, every unit streamed and stepped on the host: the plans the schedule
+// variants below compare bit for bit.
+static codegen::CodegenOptions fp32StreamedOnHost() {
+  codegen::CodegenOptions co;
+  co.compute = "fp32";
+  co.schedule.residentUnits = 0;
+  co.schedule.gpuAdamwUnits = 0;
+  return co;
+}
+
 // Grad slots of two sizes (StreamSchedule.small_grad_slots): the embedding
 // and the head's gradients in the two small staging slots, at their offsets
 // in the pinned staging; 3 steps in a given update order give the losses and
@@ -402,10 +412,7 @@ TEST(GpuBf16WeightStream, TrainsAsTheWeightCopiesPlanBitForBit) {
 TEST(GpuSmallGradSlots, TrainAsSlotsOfOneSizeBitForBit) {
   TrainRun runs[2];
   for (int small = 0; small < 2; ++small) {
-    codegen::CodegenOptions co;
-    co.compute = "fp32";
-    co.schedule.residentUnits = 0;
-    co.schedule.gpuAdamwUnits = 0;
+    codegen::CodegenOptions co = fp32StreamedOnHost();
     co.schedule.gradSlots = 4;
     co.schedule.hostUpdateOrder = {3, 1, 0, 2};
     co.schedule.smallGradSlotBytes = small ? 65792 : 0; // llama's head
@@ -425,10 +432,7 @@ TEST(GpuHostUpdateOrder, TrainsAsArrivalOrderBitForBit) {
     SCOPED_TRACE(model);
     TrainRun runs[2];
     for (int ordered = 0; ordered < 2; ++ordered) {
-      codegen::CodegenOptions co;
-      co.compute = "fp32";
-      co.schedule.residentUnits = 0;
-      co.schedule.gpuAdamwUnits = 0;
+      codegen::CodegenOptions co = fp32StreamedOnHost();
       if (ordered) co.schedule.hostUpdateOrder = {3, 1, 0, 2}, co.schedule.gradSlots = 3;
       plan::Plan p = compileFixtureWith(model, 16, co);
       ASSERT_TRUE(p.schedule().overlap_steps());
@@ -447,10 +451,7 @@ TEST(GpuUnreadRowsEarly, TrainsAsTheWholeTableAfterTheBackwardBitForBit) {
     SCOPED_TRACE(std::to_string(passes) + " pass(es) a step");
     TrainRun runs[2];
     for (int early = 0; early < 2; ++early) {
-      codegen::CodegenOptions co;
-      co.compute = "fp32";
-      co.schedule.residentUnits = 0;
-      co.schedule.gpuAdamwUnits = 0;
+      codegen::CodegenOptions co = fp32StreamedOnHost();
       co.schedule.unreadRowsEarly = early == 1;
       co.optimizer.set_grad_accum(passes);
       plan::Plan p = compileFixtureWith("llama", 16, co);
