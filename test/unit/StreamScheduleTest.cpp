@@ -151,6 +151,7 @@ TEST(StreamSchedule, UnreadRowsStepAfterTheForwardsCopyOfTheTable) {
   // With --clip the AdamW waits for the global norm: no early step.
   codegen::CodegenOptions co;
   co.schedule.overlapSteps = true;
+  co.schedule.unreadRowsEarly = true;
   co.optimizer.set_clip(1.0f);
   plan::Plan clip = compileFixtureWith("llama", 16, co);
   for (const plan::StreamAction &a : clip.schedule().actions())
