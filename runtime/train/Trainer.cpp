@@ -397,6 +397,12 @@ llvm::Expected<double> Trainer::runPasses(const std::vector<std::pair<Tensor, Te
   const bool inLastPass = grads && stepsInLastPass(microBatches.size());
   // The rows every GPU's share of the step reads (runtime/plan/TokenRows.h).
   stepRows_ = earlyRowParams_.empty() ? nullptr : stepTokenRows(plan_, earlyRowParams_, microBatches);
+  // A pass run outside a step (forwardBackwardPass called alone) finds none:
+  // its early action steps nothing and its UPDATE the whole table.
+  struct ClearRows {
+    std::shared_ptr<const StepTokenRows> &rows;
+    ~ClearRows() { rows.reset(); }
+  } clearRows{stepRows_};
   double lossSum = 0;
   for (size_t first = 0; first < microBatches.size(); first += perPass) {
     const size_t g = first / share;
@@ -432,6 +438,7 @@ llvm::Expected<double> Trainer::forwardBackwardAsPass(const Tensor &tokens, cons
                " (forwardBackwardPass)");
   stepRows_ = earlyRowParams_.empty() ? nullptr : stepTokenRows(plan_, earlyRowParams_, {{tokens, targets}});
   auto losses = forwardBackwardPass({{tokens, targets}}, {lossScale}, grads, lr);
+  stepRows_.reset();
   if (!losses) return losses.takeError();
   return losses->front();
 }

@@ -224,7 +224,8 @@ protected:
   std::optional<GpuFaultInjection> injectGpuFault_; // MEGAC_INJECT_GPU_FAULT (runtime/train/GpuShares.h)
   // Token-indexed tables whose unread rows step early (the schedule's
   // UPDATE_UNREAD_ROWS), and the rows the tokens of the step being run read
-  // (set by runPasses; an UPDATE that runs on beside the next step keeps its own).
+  // (set by runPasses for the step's passes, null outside them; an UPDATE that
+  // runs on beside the next step keeps its own).
   std::vector<int32_t> earlyRowParams_;
   std::shared_ptr<const StepTokenRows> stepRows_;
 

@@ -116,6 +116,27 @@ TEST(UnreadRowsEarly, TrainsAsTheWholeTableAfterTheBackwardBitForBit) {
   }
 }
 
+// A pass run alone (forwardBackwardPass, outside a step) has no step's rows:
+// its early action steps nothing and its UPDATE the whole table.
+TEST(UnreadRowsEarly, APassRunAloneStepsTheWholeTableAfterTheBackward) {
+  const auto mbs = fixtureMicroBatches("llama", -100, 1);
+  runtime::HostState states[2];
+  for (int early = 0; early < 2; ++early) {
+    const plan::Plan p = planFor("llama", early == 1);
+    auto t = withWeights(runtime::Trainer::create(p, streamedOptions(1)), p);
+    ASSERT_TRUE(t);
+    for (int s = 0; s < 2; ++s) {
+      auto st = t->step(mbs, 1e-2f); // a step, whose rows the next pass must not reuse
+      ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+      auto losses = t->forwardBackwardPass({patternBatch(16)}, {1.0f}, nullptr, 1e-2f); // other rows
+      ASSERT_TRUE(bool(losses)) << llvm::toString(losses.takeError());
+    }
+    states[early] = t->currentState();
+  }
+  EXPECT_TRUE(sameBits(states[0].params, states[1].params) && sameBits(states[0].m, states[1].m) &&
+              sameBits(states[0].v, states[1].v));
+}
+
 // A NaN found after the early step names it among what the step had applied.
 TEST(UnreadRowsEarly, ANonFiniteGradientNamesTheRowsStepped) {
   const plan::Plan p = planFor("llama", true);
