@@ -322,8 +322,8 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
   // bytes, counted as that much more of its update (the 8B on an H100: its
   // CPU lane 1.653 -> 1.891 s, 14%, as 32/28).
   // A token-indexed table whose unread rows step early (UPDATE_UNREAD_ROWS,
-  // runtime/plan/TokenRows.h): its UPDATE steps at most a row a token of the
-  // step (readRowsShareBound), the early action the rest.
+  // runtime/plan/TokenRows.h): its UPDATE steps the rows the step's tokens
+  // are expected to read (readRowsShare), the early action the rest.
   std::vector<bool> early(size_t(p_.units_size()), false);
   for (const StreamAction &a : s_.actions())
     if (a.kind() == StreamAction::UPDATE_UNREAD_ROWS && a.unit() >= 0 && a.unit() < p_.units_size())
@@ -337,7 +337,7 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
     for (int32_t q : p_.units(u).parameters())
       if (updatedBy[size_t(q)] == u) {
         const double n = double(p_.parameters(q).numel()) * (p_.parameters(q).streams_bf16() ? 32.0 / 28.0 : 1.0);
-        const double share = std::count(tables.begin(), tables.end(), q) ? readRowsShareBound(p_, q) : 1.0;
+        const double share = std::count(tables.begin(), tables.end(), q) ? readRowsShare(p_, q) : 1.0;
         updates += int64_t(double(p_.parameters(q).numel()) * share);
         unread += p_.parameters(q).numel() - int64_t(double(p_.parameters(q).numel()) * share);
         work += n * share;

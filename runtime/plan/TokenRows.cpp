@@ -4,6 +4,7 @@
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace megac::plan {
 
@@ -48,11 +49,12 @@ std::vector<int32_t> unreadRowsParameters(const Plan &plan, int unit) {
   return out;
 }
 
-double readRowsShareBound(const Plan &plan, int32_t param) {
+double readRowsShare(const Plan &plan, int32_t param) {
   const int64_t rows = parameterRows(plan.parameters(param));
   const double tokens = double(std::max<int64_t>(plan.batch(), 1)) * double(std::max<int64_t>(plan.seq(), 1)) *
                         double(stepMicroBatches(plan));
-  return rows <= 0 ? 1.0 : std::min(1.0, tokens / double(rows));
+  if (rows <= 1) return 1.0;
+  return std::clamp(-std::expm1(tokens * std::log1p(-1.0 / double(rows))), 0.0, 1.0);
 }
 
 std::string unitFetchedEventName(int unit) { return "u" + std::to_string(unit) + ".fetched"; }

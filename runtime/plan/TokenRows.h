@@ -35,8 +35,10 @@ inline int64_t parameterRowElements(const Parameter &p) {
 }
 
 // The cost model's share of a token-indexed parameter's rows that a step's
-// tokens read: at most one row a token.
-double readRowsShareBound(const Plan &plan, int32_t param);
+// tokens read: the expected share for tokens drawn uniformly, 1 - (1 - 1/rows)^tokens,
+// which no distribution of the tokens exceeds in expectation (text, whose
+// tokens repeat, reads fewer).
+double readRowsShare(const Plan &plan, int32_t param);
 
 // The "u<unit>.fetched" event: recorded by the unit's PREFETCH that an
 // UPDATE_UNREAD_ROWS waits for.

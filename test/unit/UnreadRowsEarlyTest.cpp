@@ -11,6 +11,8 @@
 #include "runtime/train/NonFinite.h"
 #include "runtime/train/TokenRowSets.h"
 
+#include <cmath>
+
 using namespace megac;
 using namespace megac::testing;
 
@@ -69,6 +71,10 @@ TEST(TokenRows, TheRowsTheTokensRead) {
   for (const runtime::RowRun &x : runtime::unreadRuns(*r, rows)) got.push_back({x.begin, x.end});
   EXPECT_EQ(got, (std::vector<std::pair<int64_t, int64_t>>{{0, 3}, {6, 7}, {8, 255}}));
   EXPECT_EQ(read->readOf(params[0] + 1), nullptr);
+  // The cost model's share: 2 x 16 tokens drawn uniformly from 256 rows read
+  // 1 - (255/256)^32 of them, less than a row a token.
+  EXPECT_NEAR(plan::readRowsShare(p, params[0]), 1.0 - std::pow(255.0 / 256.0, 32.0), 1e-12);
+  EXPECT_LT(plan::readRowsShare(p, params[0]), 32.0 / 256.0);
 }
 
 // AdamW without a gradient rounds as AdamW of a zero gradient, on every path the CPU has.
