@@ -11,7 +11,6 @@
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
-#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include "llvm/Support/ErrorHandling.h"
@@ -594,16 +593,7 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
   const int threads = std::max(1, cpu::numThreads() - 1);
   // The tables' unread rows, before the backward (no gradients yet, no verdict on them).
   if (job.unreadRows) {
-    std::vector<runtime::AdamWSegment> segments;
-    for (int32_t pid : unit.parameters())
-      if (const std::vector<runtime::RowRun> *read = job.rows ? job.rows->readOf(pid) : nullptr) {
-        const plan::Parameter &p = plan_.parameters(pid);
-        const size_t off = size_t(p.host_offset());
-        runtime::appendRowSegments(segments, p, runtime::unreadRuns(*read, plan::parameterRows(p)),
-                                   state_.params.data() + off, nullptr, state_.m.data() + off, state_.v.data() + off,
-                                   bf16Of(pid));
-      }
-    if (!segments.empty()) runtime::adamwUpdateSegments(segments, job.step, h, 1.0f, threads);
+    if (!stepUnreadRows(job.unit, job.rows.get(), job.lr, job.step, threads)) return;
     std::lock_guard<std::mutex> l(mu_);
     if (job.pass == pass_) unreadRowsStepped_.push_back(unit.name());
     return;

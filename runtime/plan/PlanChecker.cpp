@@ -399,7 +399,6 @@ private:
     bwdAt_ = fwdAt_;
     offAt_.assign(size_t(N_), -1);
     updAt_ = fetchAt_ = wbAt_ = unreadAt_ = offAt_;
-    std::vector<int> firstPrefetch(size_t(N_), -1); // unit -> its first PREFETCH of the pass
     // lastCompute: a weight slot's last reader (a compute, or the WRITEBACK of
     // an adamw_on_gpu unit); awaitingWriteback: such a unit whose BACKWARD used
     // the slot and whose WRITEBACK has not been issued yet (-1: none).
@@ -424,7 +423,7 @@ private:
       std::string why;
     };
     std::vector<Carried> carried;
-    std::vector<bool> prefetchedUnit(size_t(N_), false);
+    std::vector<int> firstPrefetch(size_t(N_), -1); // unit -> its first PREFETCH of the pass
     int lastComputeIssued = -1;
     for (int i = 0; i < s_.actions_size(); ++i) {
       const StreamAction &a = s_.actions(i);
@@ -438,7 +437,7 @@ private:
         if (auto e = writtenBack(i, "weight")) return e;
         // Its first copy of the unit's weights reads what the previous
         // step's host AdamW wrote, of every unit sharing a parameter.
-        if (s_.overlap_steps() && !prefetchedUnit[size_t(u)])
+        if (s_.overlap_steps() && firstPrefetch[size_t(u)] < 0)
           for (int v : unitsSharingParameters(p_, u)) {
             const int e = updatedEvent_[size_t(v)];
             if (e < 0) continue;
@@ -446,7 +445,6 @@ private:
             if (!waits(a, e)) return violation("missing wait", actionText(i) + " does not wait " + s_.events(e) + " (" + why + ")");
             if (latest_[size_t(e)] < 0) carried.push_back({i, e, why});
           }
-        prefetchedUnit[size_t(u)] = true;
         if (firstPrefetch[size_t(u)] < 0) firstPrefetch[size_t(u)] = i;
         if (lastCompute[size_t(k)] >= 0)
           if (auto e = requireWait(i, 'w', k, false, lastCompute[size_t(k)], "slot reused early", "the slot's last reader"))

@@ -4,7 +4,6 @@
 #include "runtime/cpu/Kernel.h"
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
-#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 #include "runtime/stream/ShadowMemory.h"
 #include "runtime/stream/StreamSimulator.h"
@@ -762,13 +761,13 @@ llvm::Error StreamExecutor::updateFrom(int u, const uint8_t *base, bool poisoned
       float *dst = grads_->data() + p.host_offset();
       cpu::addInto(dst, g, p.numel());
       if (stepWhenSummed_ && --sumPending_[size_t(pid)] == 0) {
-        if (read) updateTableRows(pid, *read, dst, lr_);
+        if (read) stepReadRows(pid, *read, dst, lr_);
         else updateParam(pid, dst, lr_, 1.0f);
       }
       continue;
     }
     if (read) {
-      updateTableRows(pid, *read, g, lr_);
+      stepReadRows(pid, *read, g, lr_);
       continue;
     }
     if (dev) {
@@ -842,15 +841,9 @@ llvm::Error StreamExecutor::update(int i, const plan::StreamAction &a) {
 // (runtime/plan/TokenRows.h); the unit's UPDATE then steps the others.
 llvm::Error StreamExecutor::updateUnreadRows(int i, const plan::StreamAction &a) {
   if (a.stream() != plan::StreamAction::CPU) return err("schedule: " + actionText(i) + " runs on the CPU");
-  const std::vector<int32_t> params = plan::unreadRowsParameters(plan_, a.unit());
-  if (params.empty()) return err("schedule: " + actionText(i) + ": the unit has no token-indexed table stepped on the host");
-  bool stepped = false;
-  for (int32_t q : params)
-    if (const std::vector<runtime::RowRun> *read = earlyRows(q)) {
-      updateTableRows(q, *read, nullptr, lr_);
-      stepped = true;
-    }
-  if (stepped) passes_.at(pass_).unreadRowsStepped.push_back(plan_.units(a.unit()).name());
+  // The plan checker saw that the unit has such a table.
+  if (passSteps() && stepUnreadRows(a.unit(), rows_.get(), lr_, state_.step, cpu::numThreads()))
+    passes_.at(pass_).unreadRowsStepped.push_back(plan_.units(a.unit()).name());
   return llvm::Error::success();
 }
 

@@ -11,6 +11,8 @@
 #include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
+#include "llvm/ADT/ScopeExit.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -102,15 +104,31 @@ void Trainer::updateParamAt(int32_t id, float *param, const float *grad, float *
   adamwUpdateParallel(param, grad, m, v, p.numel(), step < 0 ? state_.step : step, h, p.decay(), gradScale, bf16);
 }
 
-void Trainer::updateTableRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr, int64_t step) {
+void Trainer::stepReadRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr) {
   const plan::Parameter &p = plan_.parameters(id);
   const size_t off = size_t(p.host_offset());
   std::vector<AdamWSegment> segments;
-  appendRowSegments(segments, p, grad ? read : unreadRuns(read, plan::parameterRows(p)), state_.params.data() + off, grad,
-                    state_.m.data() + off, state_.v.data() + off, bf16Of(id));
+  appendRowSegments(segments, p, read, state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off,
+                    bf16Of(id));
   AdamWHyper h = hyper_;
   h.lr = lr;
-  adamwUpdateSegments(segments, step < 0 ? state_.step : step, h, 1.0f, cpu::numThreads());
+  adamwUpdateSegments(segments, state_.step, h, 1.0f, cpu::numThreads());
+}
+
+bool Trainer::stepUnreadRows(int unit, const StepTokenRows *rows, float lr, int64_t step, int threads) {
+  std::vector<AdamWSegment> segments;
+  for (int32_t id : plan_.units(unit).parameters())
+    if (const std::vector<RowRun> *read = rows ? rows->readOf(id) : nullptr) {
+      const plan::Parameter &p = plan_.parameters(id);
+      const size_t off = size_t(p.host_offset());
+      appendRowSegments(segments, p, unreadRuns(*read, plan::parameterRows(p)), state_.params.data() + off, nullptr,
+                        state_.m.data() + off, state_.v.data() + off, bf16Of(id));
+    }
+  if (segments.empty()) return false;
+  AdamWHyper h = hyper_;
+  h.lr = lr;
+  adamwUpdateSegments(segments, step, h, 1.0f, threads);
+  return true;
 }
 
 void Trainer::refreshBf16Weights() {
@@ -399,10 +417,7 @@ llvm::Expected<double> Trainer::runPasses(const std::vector<std::pair<Tensor, Te
   stepRows_ = earlyRowParams_.empty() ? nullptr : stepTokenRows(plan_, earlyRowParams_, microBatches);
   // A pass run outside a step (forwardBackwardPass called alone) finds none:
   // its early action steps nothing and its UPDATE the whole table.
-  struct ClearRows {
-    std::shared_ptr<const StepTokenRows> &rows;
-    ~ClearRows() { rows.reset(); }
-  } clearRows{stepRows_};
+  auto clearRows = llvm::make_scope_exit([this] { stepRows_.reset(); });
   double lossSum = 0;
   for (size_t first = 0; first < microBatches.size(); first += perPass) {
     const size_t g = first / share;

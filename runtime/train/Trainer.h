@@ -152,10 +152,14 @@ protected:
   // `bf16`: the weights' bf16 copy, written beside them (updateParam passes the host's).
   void updateParamAt(int32_t id, float *param, const float *grad, float *m, float *v, float lr, float gradScale,
                      int64_t step = -1, uint16_t *bf16 = nullptr);
-  // AdamW of token-indexed table `id` (runtime/train/TokenRowSets.h) over some
-  // of its rows on the host arrays: with `grad` (the whole table's gradient)
-  // the rows `read` lists, without it the others, with a zero gradient.
-  void updateTableRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr, int64_t step = -1);
+  // Token-indexed tables (runtime/train/TokenRowSets.h), on the host arrays:
+  // AdamW of table `id` over the rows `read` lists, from `grad` (the whole
+  // table's gradient); and UPDATE_UNREAD_ROWS, AdamW with a zero gradient
+  // over the rows `rows` does not list of each of unit `unit`'s tables (none
+  // without `rows`: a pass outside a step), on `threads` threads. Whether it
+  // stepped any.
+  void stepReadRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr);
+  bool stepUnreadRows(int unit, const StepTokenRows *rows, float lr, int64_t step, int threads);
   // AdamW on parameter `id` from one unit's gradient: at once, or for a
   // parameter several units use (tied weights) summed in partial[id] until
   // the last of pending[id] contributions arrives.
