@@ -45,9 +45,8 @@ struct ScheduleOptions {
   bool overlapSteps = true;
   // --unread-rows-early: the host steps the rows of each token-indexed table
   // that no token of the step reads once the forward's PREFETCH has copied it
-  // (StreamAction.UPDATE_UNREAD_ROWS, runtime/plan/TokenRows.h). Off by
-  // default until the CUDA runtime's test of it has run on a GPU.
-  bool unreadRowsEarly = false;
+  // (StreamAction.UPDATE_UNREAD_ROWS, runtime/plan/TokenRows.h).
+  bool unreadRowsEarly = true;
   // --bf16-weight-copies (off by default): in bf16 plans, a bf16 copy beside each weight slot
   // (2 bytes a parameter), packed once per PREFETCH, so that a unit's
   // products read its weights as bf16 instead of packing them each time

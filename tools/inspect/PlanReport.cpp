@@ -8,6 +8,7 @@
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/UnitPrograms.h"
 
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Format.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/JSON.h"
@@ -29,6 +30,17 @@ static int64_t constantBytes(const Program &p) {
   for (const Program::Value &v : p.values())
     if (v.kind() == Program::Value::CONSTANT) bytes += int64_t(v.constant().data().size());
   return bytes;
+}
+
+// Per unit: whether the schedule steps its token table's unread rows early
+// (an UPDATE_UNREAD_ROWS action, --unread-rows-early).
+static std::vector<bool> unreadRowsStepEarly(const Plan &p) {
+  std::vector<bool> early(size_t(p.units_size()), false);
+  if (p.has_schedule())
+    for (const StreamAction &a : p.schedule().actions())
+      if (a.kind() == StreamAction::UPDATE_UNREAD_ROWS && a.unit() >= 0 && a.unit() < p.units_size())
+        early[size_t(a.unit())] = true;
+  return early;
 }
 
 // Bytes covered by the union of [offset, offset + bytes) ranges.
@@ -426,6 +438,16 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
                                           "forward, whose first copy of each unit waits for that unit's update)"
                                         : "no (a step ends when the host's AdamW has updated every unit)")
        << "\n";
+  {
+    const std::vector<bool> stepsEarly = unreadRowsStepEarly(p);
+    std::vector<std::string> early;
+    for (int u = 0; u < p.units_size(); ++u)
+      if (stepsEarly[size_t(u)]) early.push_back(p.units(u).name());
+    if (!early.empty())
+      os << "  unread rows early: " << llvm::join(early, ", ")
+         << " (the host steps the token table's rows no token of the step reads once the forward has copied it; "
+            "its update after the backward steps only the rows read)\n";
+  }
   if (r.memory.gpus > 1)
     os << "  GPUs: " << r.memory.gpus << " (each runs " << r.memory.microBatchesPerStep << " micro-batch"
        << (r.memory.microBatchesPerStep == 1 ? "" : "es") << " of the step's " << r.memory.gpus * r.memory.microBatchesPerStep
@@ -588,6 +610,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
     return out;
   };
   llvm::json::Array units;
+  const std::vector<bool> stepsEarly = unreadRowsStepEarly(p);
   for (int i = 0; i < p.units_size(); ++i) {
     const UnitReport &ur = r.units[size_t(i)];
     units.push_back(llvm::json::Object{{"name", utf8(ur.name)},
@@ -598,6 +621,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
                                        {"keeps_activations", ur.keepsActivations},
                                        {"resident", ur.resident},
                                        {"adamw_on_gpu", ur.adamwOnGpu},
+                                       {"unread_rows_early", bool(stepsEarly[size_t(i)])},
                                        {"saved_bytes", ur.savedBytes},
                                        {"inputs", activations(p.units(i).activation_inputs())},
                                        {"outputs", activations(p.units(i).activation_outputs())}});

@@ -91,9 +91,8 @@ static cl::opt<std::string> UnreadRowsEarly(
     cl::desc("on: the rows of an untied embedding table that no token of the step reads are stepped by the host's "
              "AdamW (with their zero gradient) as soon as the step has copied the table to the GPU, so that its "
              "update after the backward, which the next step's first copy waits for, steps only the rows the tokens "
-             "read. off (default, until measured on a GPU): the whole table after the backward. The same arithmetic "
-             "either way"),
-    cl::init("off"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+             "read (default). off: the whole table after the backward. The same arithmetic either way"),
+    cl::init("on"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> UpdateOrderFlag(
     "update-order",
     cl::desc("The order of the host's AdamW updates of streamed units. auto (default): where steps overlap, the "
