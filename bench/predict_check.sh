@@ -11,7 +11,8 @@
 # transformers for the export (the GPU machine's /opt/torch venv). FLAGS: more compile flags
 # (e.g. "--resident-units 0 --gpu-mem 28"); TAG names this run's files in $OUT: TAG_steps.jsonl,
 # TAG_compile.txt, TAG_plan.txt (the prediction) and TAG_timeline.html (the last step measured,
-# `megac run --timeline`). TAG defaults to MODEL.
+# `megac run --timeline`). TAG defaults to MODEL. PLAN=FILE runs that compiled plan instead of
+# compiling one (an A/B against a plan an earlier megac compiled; FLAGS then do nothing).
 set -uo pipefail
 # The inner timeouts run in the foreground (in this script's process group), so that an outer
 # timeout that kills this script kills its megac too: a run left behind holds the host memory
@@ -35,9 +36,14 @@ FLAGS=${FLAGS:-}
 [ -s "$onnx" ] || timeout --foreground 300 "$PY" tools/export_shapes_only.py --preset "$MODEL" "$onnx" 2>&1 | tail -1
 [ -s "$onnx" ] || { echo "predict_check.sh: export of $MODEL failed" >&2; exit 2; }
 echo "== $TAG: $MODEL, batch $BATCH x 2048 $FLAGS"
+if [ -n "${PLAN:-}" ]; then
+  cp "$PLAN" "$WORK/p.plan" && echo "plan: $PLAN (compiled before)" > "$OUT/${TAG}_compile.txt"
+  "$BUILD/megac" plan "$WORK/p.plan" | grep -m1 "vocab:" | tr -d ':' >> "$OUT/${TAG}_compile.txt"
+else
 # shellcheck disable=SC2086
 timeout --foreground 200 "$BUILD/megac" compile "$onnx" --batch "$BATCH" --seq 2048 $prof $FLAGS -o "$WORK/p.plan" > "$OUT/${TAG}_compile.txt" 2>&1 ||
   { tail -5 "$OUT/${TAG}_compile.txt"; exit 2; }
+fi
 tail -2 "$OUT/${TAG}_compile.txt" | cut -c1-300
 # shellcheck disable=SC2086
 timeout --foreground 60 "$BUILD/megac" plan "$WORK/p.plan" $prof > "$OUT/${TAG}_plan.txt" 2>&1
