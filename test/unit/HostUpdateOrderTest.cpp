@@ -6,7 +6,8 @@
 // plan's losses and state bit for bit, tied gpt2 included; an order that
 // would update a shared parameter before its sum is complete is refused;
 // and auto takes the order where the host's AdamW is about as long as the
-// compute, not where it is short.
+// compute, not where it is short, deferring units needed later past the
+// boundary where the cost model predicts that shorter (the 8B shape).
 #include "TrainRuns.h"
 
 #include "codegen/CostModel.h"
@@ -191,7 +192,7 @@ TEST(HostUpdateOrder, DeferringUnitsNeededLaterShortensThe8BsBoundary) {
   co.schedule.gpuAdamwUnits = 0;
   co.schedule.weightSlots = 2;
   co.schedule.gpuBudgetBytes = int64_t(71) << 30;
-  co.schedule.hostBudgetBytes = int64_t(118) << 30; // no room for the bf16 stream beside 16 staging slots
+  co.schedule.hostBudgetBytes = int64_t(118) << 30; // as compile's 8B rows (whose auto leaves the bf16 stream off there)
   co.schedule.updateOrder = codegen::UpdateOrder::Arrival;
   auto arrival = driver::compileForTraining(model, io, {}, co);
   ASSERT_TRUE(bool(arrival)) << llvm::toString(arrival.takeError());
@@ -203,13 +204,13 @@ TEST(HostUpdateOrder, DeferringUnitsNeededLaterShortensThe8BsBoundary) {
   codegen::ScheduleOptions so = co.schedule;
   so.gradSlots = g->slotCounts.back();
   so.hostUpdateOrder = g->order;
-  ASSERT_FALSE(bool(codegen::buildStreamSchedule(p, so)));
+  if (llvm::Error e = codegen::buildStreamSchedule(p, so)) FAIL() << llvm::toString(std::move(e));
   auto greedy = plan::predictStep(p, m);
   ASSERT_TRUE(bool(greedy)) << llvm::toString(greedy.takeError());
   auto deferred = codegen::deferNearTheBoundary(p, so, so.hostUpdateOrder, greedy->stepSeconds, m);
   ASSERT_TRUE(bool(deferred)) << llvm::toString(deferred.takeError());
   so.hostUpdateOrder = *deferred;
-  ASSERT_FALSE(bool(codegen::buildStreamSchedule(p, so)));
+  if (llvm::Error e = codegen::buildStreamSchedule(p, so)) FAIL() << llvm::toString(std::move(e));
   llvm::Error e = plan::checkPlan(p);
   EXPECT_FALSE(bool(e)) << llvm::toString(std::move(e));
   auto after = plan::predictStep(p, m);
