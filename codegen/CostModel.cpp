@@ -324,10 +324,7 @@ llvm::Error ScheduleSim::actionWork(StepPrediction &out) {
   // A token-indexed table whose unread rows step early (UPDATE_UNREAD_ROWS,
   // runtime/plan/TokenRows.h): its UPDATE steps the rows the step's tokens
   // are expected to read (readRowsShare), the early action the rest.
-  std::vector<bool> early(size_t(p_.units_size()), false);
-  for (const StreamAction &a : s_.actions())
-    if (a.kind() == StreamAction::UPDATE_UNREAD_ROWS && a.unit() >= 0 && a.unit() < p_.units_size())
-      early[size_t(a.unit())] = true;
+  const std::vector<bool> early = unitsSteppingUnreadRowsEarly(p_);
   std::vector<int64_t> unitWeightBytes, unitPrefetchBytes, unitUpdateParams, unitUnreadParams;
   std::vector<double> unitHostUpdateWork, unitUnreadWork; // parameters, those with a bf16 copy as 32/28 of one
   for (int u = 0; u < p_.units_size(); ++u) {

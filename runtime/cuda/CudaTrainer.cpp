@@ -622,8 +622,7 @@ void CudaTrainer::runUpdate(const UpdateJob &job) {
     const std::vector<runtime::RowRun> *read = job.rows ? job.rows->readOf(pid) : nullptr;
     auto stepFrom = [&](const float *grad) {
       if (read)
-        runtime::appendRowSegments(segments, p, *read, state_.params.data() + off, grad, state_.m.data() + off,
-                                   state_.v.data() + off, bf16Of(pid));
+        appendTableRows(segments, pid, *read, grad);
       else
         segments.push_back({state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off, p.numel(),
                             p.decay(), bf16Of(pid)});

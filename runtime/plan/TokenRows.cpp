@@ -49,6 +49,15 @@ std::vector<int32_t> unreadRowsParameters(const Plan &plan, int unit) {
   return out;
 }
 
+std::vector<bool> unitsSteppingUnreadRowsEarly(const Plan &plan) {
+  std::vector<bool> early(size_t(plan.units_size()), false);
+  if (plan.has_schedule())
+    for (const StreamAction &a : plan.schedule().actions())
+      if (a.kind() == StreamAction::UPDATE_UNREAD_ROWS && a.unit() >= 0 && a.unit() < plan.units_size())
+        early[size_t(a.unit())] = true;
+  return early;
+}
+
 double readRowsShare(const Plan &plan, int32_t param) {
   const int64_t rows = parameterRows(plan.parameters(param));
   const double tokens = double(std::max<int64_t>(plan.batch(), 1)) * double(std::max<int64_t>(plan.seq(), 1)) *

@@ -27,6 +27,10 @@ bool readOnlyByTokenGather(const Plan &plan, int32_t param);
 // host, in a plan without --clip (whose AdamW waits for the global norm).
 std::vector<int32_t> unreadRowsParameters(const Plan &plan, int unit);
 
+// Per unit: whether the plan's schedule steps its tables' unread rows early
+// (it has an UPDATE_UNREAD_ROWS action of the unit); all false without a schedule.
+std::vector<bool> unitsSteppingUnreadRowsEarly(const Plan &plan);
+
 // Rows of a parameter (its first dimension) and the elements of one.
 inline int64_t parameterRows(const Parameter &p) { return p.type().shape_size() > 0 ? p.type().shape(0) : 1; }
 inline int64_t parameterRowElements(const Parameter &p) {

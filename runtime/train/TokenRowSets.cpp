@@ -8,11 +8,7 @@ namespace megac::runtime {
 
 std::vector<int32_t> earlyRowParameters(const plan::Plan &plan) {
   std::vector<int32_t> out;
-  if (!plan.has_schedule()) return out;
-  std::vector<bool> early(size_t(plan.units_size()), false);
-  for (const plan::StreamAction &a : plan.schedule().actions())
-    if (a.kind() == plan::StreamAction::UPDATE_UNREAD_ROWS && a.unit() >= 0 && a.unit() < plan.units_size())
-      early[size_t(a.unit())] = true;
+  const std::vector<bool> early = plan::unitsSteppingUnreadRowsEarly(plan);
   for (int u = 0; u < plan.units_size(); ++u)
     if (early[size_t(u)])
       for (int32_t q : plan::unreadRowsParameters(plan, u)) out.push_back(q);

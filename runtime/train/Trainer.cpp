@@ -104,12 +104,17 @@ void Trainer::updateParamAt(int32_t id, float *param, const float *grad, float *
   adamwUpdateParallel(param, grad, m, v, p.numel(), step < 0 ? state_.step : step, h, p.decay(), gradScale, bf16);
 }
 
-void Trainer::stepReadRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr) {
+void Trainer::appendTableRows(std::vector<AdamWSegment> &segments, int32_t id, const std::vector<RowRun> &runs,
+                              const float *grad) {
   const plan::Parameter &p = plan_.parameters(id);
   const size_t off = size_t(p.host_offset());
-  std::vector<AdamWSegment> segments;
-  appendRowSegments(segments, p, read, state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off,
+  appendRowSegments(segments, p, runs, state_.params.data() + off, grad, state_.m.data() + off, state_.v.data() + off,
                     bf16Of(id));
+}
+
+void Trainer::stepReadRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr) {
+  std::vector<AdamWSegment> segments;
+  appendTableRows(segments, id, read, grad);
   AdamWHyper h = hyper_;
   h.lr = lr;
   adamwUpdateSegments(segments, state_.step, h, 1.0f, cpu::numThreads());
@@ -118,12 +123,8 @@ void Trainer::stepReadRows(int32_t id, const std::vector<RowRun> &read, const fl
 bool Trainer::stepUnreadRows(int unit, const StepTokenRows *rows, float lr, int64_t step, int threads) {
   std::vector<AdamWSegment> segments;
   for (int32_t id : plan_.units(unit).parameters())
-    if (const std::vector<RowRun> *read = rows ? rows->readOf(id) : nullptr) {
-      const plan::Parameter &p = plan_.parameters(id);
-      const size_t off = size_t(p.host_offset());
-      appendRowSegments(segments, p, unreadRuns(*read, plan::parameterRows(p)), state_.params.data() + off, nullptr,
-                        state_.m.data() + off, state_.v.data() + off, bf16Of(id));
-    }
+    if (const std::vector<RowRun> *read = rows ? rows->readOf(id) : nullptr)
+      appendTableRows(segments, id, unreadRuns(*read, plan::parameterRows(plan_.parameters(id))), nullptr);
   if (segments.empty()) return false;
   AdamWHyper h = hyper_;
   h.lr = lr;

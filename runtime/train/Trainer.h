@@ -159,6 +159,10 @@ protected:
   // without `rows`: a pass outside a step), on `threads` threads. Whether it
   // stepped any.
   void stepReadRows(int32_t id, const std::vector<RowRun> &read, const float *grad, float lr);
+  // The AdamW segments of table `id`'s rows `runs` on the host arrays (its
+  // bf16 copy too), from `grad` (the whole table's gradient; null: zero).
+  void appendTableRows(std::vector<AdamWSegment> &segments, int32_t id, const std::vector<RowRun> &runs,
+                       const float *grad);
   bool stepUnreadRows(int unit, const StepTokenRows *rows, float lr, int64_t step, int threads);
   // AdamW on parameter `id` from one unit's gradient: at once, or for a
   // parameter several units use (tied weights) summed in partial[id] until

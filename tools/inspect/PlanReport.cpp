@@ -6,6 +6,7 @@
 #include "runtime/plan/HostBill.h"
 #include "runtime/plan/PlanLabels.h"
 #include "runtime/plan/StreamLayout.h"
+#include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include "llvm/ADT/StringExtras.h"
@@ -30,17 +31,6 @@ static int64_t constantBytes(const Program &p) {
   for (const Program::Value &v : p.values())
     if (v.kind() == Program::Value::CONSTANT) bytes += int64_t(v.constant().data().size());
   return bytes;
-}
-
-// Per unit: whether the schedule steps its token table's unread rows early
-// (an UPDATE_UNREAD_ROWS action, --unread-rows-early).
-static std::vector<bool> unreadRowsStepEarly(const Plan &p) {
-  std::vector<bool> early(size_t(p.units_size()), false);
-  if (p.has_schedule())
-    for (const StreamAction &a : p.schedule().actions())
-      if (a.kind() == StreamAction::UPDATE_UNREAD_ROWS && a.unit() >= 0 && a.unit() < p.units_size())
-        early[size_t(a.unit())] = true;
-  return early;
 }
 
 // Bytes covered by the union of [offset, offset + bytes) ranges.
@@ -439,7 +429,7 @@ void printPlanReport(const Plan &p, const PlanReport &r, const std::string &plan
                                         : "no (a step ends when the host's AdamW has updated every unit)")
        << "\n";
   {
-    const std::vector<bool> stepsEarly = unreadRowsStepEarly(p);
+    const std::vector<bool> stepsEarly = unitsSteppingUnreadRowsEarly(p);
     std::vector<std::string> early;
     for (int u = 0; u < p.units_size(); ++u)
       if (stepsEarly[size_t(u)]) early.push_back(p.units(u).name());
@@ -610,7 +600,7 @@ void printPlanReportJson(const Plan &p, const PlanReport &r, const std::string &
     return out;
   };
   llvm::json::Array units;
-  const std::vector<bool> stepsEarly = unreadRowsStepEarly(p);
+  const std::vector<bool> stepsEarly = unitsSteppingUnreadRowsEarly(p);
   for (int i = 0; i < p.units_size(); ++i) {
     const UnitReport &ur = r.units[size_t(i)];
     units.push_back(llvm::json::Object{{"name", utf8(ur.name)},
