@@ -11,7 +11,7 @@
 # transformers for the export (the GPU machine's /opt/torch venv). FLAGS: more compile flags
 # (e.g. "--resident-units 0 --gpu-mem 28"); TAG names this run's files in $OUT: TAG_steps.jsonl,
 # TAG_compile.txt, TAG_plan.txt (the prediction) and TAG_timeline.html (the last step measured,
-# `megac run --timeline`). TAG defaults to MODEL. PLAN=FILE runs that compiled plan instead of
+# `megac run --timeline`), TAG_run.txt (what the run printed). TAG defaults to MODEL. PLAN=FILE runs that compiled plan instead of
 # compiling one (an A/B against a plan an earlier megac compiled; FLAGS then do nothing).
 set -uo pipefail
 # The inner timeouts run in the foreground (in this script's process group), so that an outer
@@ -55,7 +55,7 @@ vocab=$(grep -o "vocab [0-9]*" "$OUT/${TAG}_compile.txt" | head -1 | cut -d' ' -
 rm -f "$OUT/${TAG}_steps.jsonl"
 # shellcheck disable=SC2086
 timeout --foreground 400 "$BUILD/megac" run "$WORK/p.plan" --device cuda --init --steps "$STEPS" --seed 0 $prof \
-  --data "$WORK/tokens.bin" --log "$OUT/${TAG}_steps.jsonl" --timeline "$OUT/${TAG}_timeline.html" 2>&1 | tail -3
+  --data "$WORK/tokens.bin" --log "$OUT/${TAG}_steps.jsonl" --timeline "$OUT/${TAG}_timeline.html" 2>&1 | tee "$OUT/${TAG}_run.txt" | tail -3
 grep -o 'id="label"><b>[^<]*' "$OUT/${TAG}_timeline.html" | sed 's/.*<b>/timeline: /'
 "$PY" - "$OUT/${TAG}_steps.jsonl" <<'PYEOF'
 import json, statistics as st, sys

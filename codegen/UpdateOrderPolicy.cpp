@@ -60,81 +60,29 @@ std::vector<int> earliestNeededFirst(const plan::Plan &p, const plan::StepPredic
   return order;
 }
 
-std::vector<int> deferredPast(const std::vector<int> &order, size_t at, size_t first) {
-  std::vector<int> moved = order;
-  const int x = moved[at];
-  moved.erase(moved.begin() + long(at));
-  // The first unit is now at first - 1; the tail after it keeps ascending unit order.
-  size_t pos = first;
-  while (pos < moved.size() && moved[pos] < x) ++pos;
-  moved.insert(moved.begin() + long(pos), x);
-  return moved;
-}
-
-llvm::Expected<std::vector<int>> deferNearTheBoundary(plan::Plan &p, ScheduleOptions tried, std::vector<int> order,
-                                                      double seconds, const plan::MachineProfile &profile) {
-  for (int round = 0; round < kDeferRounds; ++round) {
-    // The next forward's first host-stepped unit: the lowest index.
-    const size_t first = size_t(std::min_element(order.begin(), order.end()) - order.begin());
-    std::vector<int> best;
-    for (size_t at = first > size_t(kDeferWindow) ? first - size_t(kDeferWindow) : 0; at < first; ++at) {
-      tried.hostUpdateOrder = deferredPast(order, at, first);
-      if (auto e = buildStreamSchedule(p, tried)) {
-        llvm::consumeError(std::move(e)); // an order tied parameters forbid
-        continue;
-      }
-      auto t = plan::predictStep(p, profile);
-      if (!t) return t.takeError();
-      if (t->stepSeconds < seconds * (1 - kDeferMinGain)) seconds = t->stepSeconds, best = tried.hostUpdateOrder;
-    }
-    if (best.empty()) break;
-    order = std::move(best);
-  }
-  return order;
-}
-
-llvm::Expected<GreedyUpdateOrder> greedyUpdateOrder(plan::Plan &p, const ScheduleOptions &o) {
-  GreedyUpdateOrder g;
-  const int64_t limit = o.gpuBudgetBytes / 100 * 97;
-  ScheduleOptions tried = o;
-  tried.hostUpdateOrder.clear();
-  // Each slot count in turn while the plan fits; the first build (arrival
-  // order, the most slots) says when each unit's gradients come where the
-  // host does not hold the backward back, the order is made from it.
-  for (int slots : {2, 3, 4, 6, 8, 12, 16}) {
-    tried.gradSlots = slots;
-    if (auto e = buildStreamSchedule(p, tried)) return std::move(e);
-    if (p.schedule().device_bytes() > limit || !fitsHostBudget(p, o.hostBudgetBytes)) break;
-    g.slotCounts.push_back(slots);
-  }
-  if (g.slotCounts.empty()) return g;
-  tried.gradSlots = g.slotCounts.back();
-  if (auto e = buildStreamSchedule(p, tried)) return std::move(e);
-  auto free = plan::predictStep(p, o.profile);
-  if (!free) return free.takeError();
-  g.order = earliestNeededFirst(p, *free);
-  return g;
-}
-
 llvm::Error applyUpdateOrderPolicy(plan::Plan &p, ScheduleOptions &o) {
   if (o.updateOrder != UpdateOrder::Auto || !p.schedule().overlap_steps()) return llvm::Error::success();
   auto base = plan::predictStep(p, o.profile);
   if (!base) return base.takeError();
-  auto greedy = greedyUpdateOrder(p, o);
-  if (!greedy) return greedy.takeError();
-  const std::vector<int> &counts = greedy->slotCounts;
-  std::vector<int> order = greedy->order;
-  if (counts.empty() || order.size() < 3 || std::is_sorted(order.rbegin(), order.rend()))
-    return buildStreamSchedule(p, o); // arrival order
+  const int64_t limit = o.gpuBudgetBytes / 100 * 97;
   ScheduleOptions tried = o;
+  // Each slot count in turn while the plan fits; the first build (arrival
+  // order, the most slots) says when each unit's gradients come where the
+  // host does not hold the backward back, the order is made from it.
+  std::vector<int> counts;
+  for (int slots : {2, 3, 4, 6, 8, 12, 16}) {
+    tried.gradSlots = slots;
+    if (auto e = buildStreamSchedule(p, tried)) return e;
+    if (p.schedule().device_bytes() > limit || !fitsHostBudget(p, o.hostBudgetBytes)) break;
+    counts.push_back(slots);
+  }
+  if (counts.empty()) return buildStreamSchedule(p, o);
   tried.gradSlots = counts.back();
-  tried.hostUpdateOrder = order;
   if (auto e = buildStreamSchedule(p, tried)) return e;
-  auto greedyStep = plan::predictStep(p, o.profile);
-  if (!greedyStep) return greedyStep.takeError();
-  auto deferred = deferNearTheBoundary(p, tried, order, greedyStep->stepSeconds, o.profile);
-  if (!deferred) return deferred.takeError();
-  order = std::move(*deferred);
+  auto free = plan::predictStep(p, o.profile);
+  if (!free) return free.takeError();
+  const std::vector<int> order = earliestNeededFirst(p, *free);
+  if (order.size() < 3 || std::is_sorted(order.rbegin(), order.rend())) return buildStreamSchedule(p, o); // arrival order
   tried.hostUpdateOrder = order;
   // The fewest slots within 0.5% of the fastest, as the count policies choose.
   auto pick = fewestNearFastest(p, tried, int(counts.size()) - 1, [&](int n) { tried.gradSlots = counts[size_t(n)]; });

@@ -96,10 +96,9 @@ static cl::opt<std::string> UnreadRowsEarly(
 static cl::opt<std::string> UpdateOrderFlag(
     "update-order",
     cl::desc("The order of the host's AdamW updates of streamed units. auto (default): where steps overlap, the "
-             "unit the next forward needs first among those whose gradients have come goes first, and units it "
-             "needs later wait until after its first unit where that is predicted shorter, their gradients "
-             "waiting in more grad and pinned staging slots, where the cost model predicts a step 1% shorter "
-             "within the budgets. arrival: each as its gradients arrive"),
+             "unit the next forward needs first among those whose gradients have come goes first, the others' "
+             "gradients waiting in more grad and pinned staging slots, where the cost model predicts a step 1% "
+             "shorter within the budgets. arrival: each as its gradients arrive"),
     cl::init("auto"), cl::value_desc("auto|arrival"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> Bf16WeightCopies(
     "bf16-weight-copies",
