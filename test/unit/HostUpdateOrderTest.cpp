@@ -6,8 +6,7 @@
 // plan's losses and state bit for bit, tied gpt2 included; an order that
 // would update a shared parameter before its sum is complete is refused;
 // and auto takes the order where the host's AdamW is about as long as the
-// compute, not where it is short, deferring units needed later past the
-// boundary where the cost model predicts that shorter (the 8B shape).
+// compute, not where it is short.
 #include "TrainRuns.h"
 
 #include "codegen/CostModel.h"
