@@ -10,9 +10,10 @@
 # BUILD_DIR holds megac built with CUDA (tools/gpu-build.sh stages it in .gpu). Needs torch +
 # transformers for the export (the GPU machine's /opt/torch venv). FLAGS: more compile flags
 # (e.g. "--resident-units 0 --gpu-mem 28"); TAG names this run's files in $OUT: TAG_steps.jsonl,
-# TAG_compile.txt, TAG_plan.txt (the prediction) and TAG_timeline.html (the last step measured,
-# `megac run --timeline`), TAG_run.txt (what the run printed). TAG defaults to MODEL. PLAN=FILE runs that compiled plan instead of
-# compiling one (an A/B against a plan an earlier megac compiled; FLAGS then do nothing).
+# TAG_compile.txt, TAG_plan.txt (the prediction), TAG_timeline.html (the last step measured,
+# `megac run --timeline`) and TAG_run.txt (what the run printed). TAG defaults to MODEL.
+# PLAN=FILE runs that compiled plan instead of compiling one (an A/B against a plan an earlier
+# megac compiled; FLAGS then do nothing).
 set -uo pipefail
 # The inner timeouts run in the foreground (in this script's process group), so that an outer
 # timeout that kills this script kills its megac too: a run left behind holds the host memory
