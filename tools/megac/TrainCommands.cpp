@@ -11,6 +11,7 @@
 #include "codegen/ResidentPolicy.h"
 #include "frontend/TensorProto.h"
 #include "passes/AttentionMask.h"
+#include "runtime/plan/HostBill.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/train/HostMemory.h"
 #include "runtime/train/TrainLoop.h"
@@ -25,6 +26,7 @@
 #include "llvm/Support/Format.h"
 #include "llvm/Support/raw_ostream.h"
 
+#include <chrono>
 #include <cmath>
 
 namespace cl = llvm::cl;
@@ -244,6 +246,10 @@ static cl::opt<bool> CpuDirect("cpu-direct",
                                         "through the plan's streaming schedule (the executor's reference; it "
                                         "needs no host memory for the simulated GPU memory)"),
                                RUN_SUBS);
+static cl::opt<double> AnnounceHostGiB(
+    "announce-host-gib", cl::Hidden,
+    cl::desc("Host state of this many GiB or more is announced before it is allocated and pinned (default 8)"),
+    cl::init(8.0), RUN_SUBS);
 static cl::opt<bool> OpProfile("op-profile", cl::desc("--device cuda: time every op and print GPU time by op type"),
                                RUN_SUBS);
 static cl::opt<std::string> TimelineOut(
@@ -583,9 +589,24 @@ static int trainOnPlan(plan::Plan plan) {
   if (StreamSeed.getNumOccurrences()) cpuOpts.streamSeed = StreamSeed;
   if (CheckReads) cpuOpts.checkReads = true;
   if (CpuDirect) cpuOpts.streamSchedule = false;
+  // A large host state takes a while to allocate, zero and pin (the 8B
+  // streamed holds 105 GiB): say so before the wait, and how long it took.
+  auto bill = plan::hostBill(plan);
+  if (!bill) return reportError(bill.takeError());
+  const bool announce = double(bill->total()) >= AnnounceHostGiB * double(1ull << 30);
+  const auto preparing = std::chrono::steady_clock::now();
+  if (announce) {
+    llvm::outs() << llvm::format("preparing %.1f GiB of host memory (fp32 master weights, AdamW moments%s%s)\n",
+                                 double(bill->total()) / (1ull << 30), bill->pinnedStaging ? ", gradient staging" : "",
+                                 bill->bf16Weights ? ", bf16 weights to stream" : "");
+    llvm::outs().flush();
+  }
   llvm::Expected<std::unique_ptr<runtime::Trainer>> trainer =
       onGpu ? createGpuTrainer(plan) : runtime::Trainer::create(plan, cpuOpts);
   if (!trainer) return reportError(trainer.takeError());
+  if (announce)
+    llvm::outs() << llvm::format("host memory ready in %.1f s\n",
+                                 std::chrono::duration<double>(std::chrono::steady_clock::now() - preparing).count());
   (*trainer)->emulatePlanCompute(EmulateCompute);
   auto losses = runtime::runTraining(**trainer, lo);
   if (!losses) return reportError(losses.takeError());
