@@ -593,12 +593,19 @@ static int trainOnPlan(plan::Plan plan) {
   // streamed holds 105 GiB): say so before the wait, and how long it took.
   auto bill = plan::hostBill(plan);
   if (!bill) return reportError(bill.takeError());
+  if (!onGpu && cpuOpts.streamSchedule) bill->simulatedDevice = plan.schedule().device_bytes(); // the stream executor's
   const bool announce = double(bill->total()) >= AnnounceHostGiB * double(1ull << 30);
   const auto preparing = std::chrono::steady_clock::now();
   if (announce) {
-    llvm::outs() << llvm::format("preparing %.1f GiB of host memory (fp32 master weights, AdamW moments%s%s)\n",
-                                 double(bill->total()) / (1ull << 30), bill->pinnedStaging ? ", gradient staging" : "",
-                                 bill->bf16Weights ? ", bf16 weights to stream" : "");
+    std::string parts = "fp32 master weights, AdamW moments";
+    for (auto [bytes, what] : {std::pair<int64_t, const char *>{bill->gradients, "step gradients"},
+                               {bill->pinnedStaging, "gradient staging"},
+                               {bill->pinnedCheckpoints, "offloaded checkpoints"},
+                               {bill->bf16Weights, "bf16 weights to stream"},
+                               {bill->simulatedDevice, "the simulated GPU memory"}})
+      if (bytes > 0) parts += std::string(", ") + what;
+    llvm::outs() << llvm::format("preparing %.1f GiB of host memory (", double(bill->total()) / (1ull << 30)) << parts
+                 << ")\n";
     llvm::outs().flush();
   }
   llvm::Expected<std::unique_ptr<runtime::Trainer>> trainer =
