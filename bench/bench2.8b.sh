@@ -23,6 +23,10 @@
 # here; DEEPSPEED=0 skips it): about 4 more minutes. With every row and peer the script needs more
 # than one 600 s device call: PEERS=0 or STREAMED=0 split it.
 #
+# ROWS: which of those rows, by name (default all four, in that order); MACHINE_PROFILE=0 skips
+# megac_profile (90 s; the predictions then use the built-in H200 profile); OP_PROFILE=0 skips
+# the --op-profile steps.
+#
 # MEGAC_RUN_FLAGS: extra flags for `megac run` (e.g. a synthetic-data or timing flag once it
 # exists); by default the data are random uint16 tokens written here, which megac reads as a
 # headerless token file.
@@ -64,7 +68,7 @@ compile_rc=${PIPESTATUS[0]}
 echo "compile: rc $compile_rc, $((SECONDS - t0)) s"
 
 stage "machine profile (megac_profile) and the cost model's prediction for this plan"
-if [ -x "$BUILD/megac_profile" ]; then
+if [ -x "$BUILD/megac_profile" ] && [ "${MACHINE_PROFILE:-1}" = 1 ]; then
   timeout 90 "$BUILD/megac_profile" "$OUT/machine.profile" >/dev/null 2>&1 && cat "$OUT/machine.profile"
 fi
 prof_flag=""
@@ -121,12 +125,18 @@ stream_row() {
 # (--gpu-adamw-units 0, the schedule before issue 23) and as the GPU-AdamW policy chooses;
 # then with 8 micro-batches a step (compiled with --grad-accum 8).
 if [ "$run_rc" = 0 ] && [ "${STREAMED:-1}" = 1 ]; then
-  stream_row stream_cpu_adamw "$STEPS" "--resident-units 0 --gpu-adamw-units 0"
-  stream_row stream "$STEPS" "--resident-units 0"
-  # One pass of 8 (layer-major: each unit streams in once a step; auto picks the most that fit),
-  # and 8 passes of 1 (each micro-batch streams every unit; the gradients summed on the host).
-  stream_row stream_accum "${ACCUM_STEPS:-3}" "--resident-units 0 --grad-accum 8"
-  stream_row stream_accum_passes "${ACCUM_STEPS:-3}" "--resident-units 0 --grad-accum 8 --micro-batches-per-pass 1"
+  for row in ${ROWS:-stream_cpu_adamw stream stream_accum stream_accum_passes}; do
+    case $row in
+      stream_cpu_adamw) stream_row stream_cpu_adamw "$STEPS" "--resident-units 0 --gpu-adamw-units 0" ;;
+      stream) stream_row stream "$STEPS" "--resident-units 0" ;;
+      # One pass of 8 (layer-major: each unit streams in once a step; auto picks the most that fit),
+      # and 8 passes of 1 (each micro-batch streams every unit; the gradients summed on the host).
+      stream_accum) stream_row stream_accum "${ACCUM_STEPS:-3}" "--resident-units 0 --grad-accum 8" ;;
+      stream_accum_passes)
+        stream_row stream_accum_passes "${ACCUM_STEPS:-3}" "--resident-units 0 --grad-accum 8 --micro-batches-per-pass 1" ;;
+      *) echo "bench2.8b.sh: ROWS: no row '$row' (stream_cpu_adamw stream stream_accum stream_accum_passes)" >&2 ;;
+    esac
+  done
 fi
 
 # PEERS=0 skips the PyTorch peers (a quick megac-only run; the table then lists them as failed).
