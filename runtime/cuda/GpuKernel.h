@@ -109,6 +109,12 @@ struct GpuKernelContext {
   // Scratch device memory of the size the kernel's workspace function asked for.
   void *workspace = nullptr;
   size_t workspaceBytes = 0;
+  // Output 0 is a program result written where the caller wants it
+  // (GpuProgram::run binds it there), and, with `accumulateOutput`, it holds
+  // a sum already: the op adds its value to it (a Gemm without C: C = A B + C,
+  // rounded once, as the sum `C += A B` of the value would be).
+  bool outputIsResult = false;
+  bool accumulateOutput = false;
 
   size_t numInputs() const { return inputs.size(); }
   const DeviceTensor *input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }

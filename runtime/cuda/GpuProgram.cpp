@@ -5,6 +5,8 @@
 #include "runtime/cuda/OpTimer.h"
 #include "runtime/plan/ArenaRules.h"
 
+#include <atomic>
+
 namespace megac::cuda {
 
 static llvm::Error err(const llvm::Twine &m) {
@@ -12,6 +14,10 @@ static llvm::Error err(const llvm::Twine &m) {
 }
 
 static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
+
+static std::atomic<uint64_t> writtenInPlace{0}, addedInPlace{0};
+uint64_t resultsWrittenInPlace() { return writtenInPlace.load(); }
+uint64_t resultsAddedInPlace() { return addedInPlace.load(); }
 
 llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std::string &what, GpuContext &gpu) {
   GpuProgram g;
@@ -75,6 +81,7 @@ llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std
     if (!checkId(r) || r < 0) return err(what + ": a result refers to no value");
     g.results_.push_back(r);
   }
+  g.findBindableResults();
   // The scratch each op asks for, from shapes and constants (no data yet).
   for (const Op &op : g.ops_) {
     if (!op.kernel->workspace) continue;
@@ -95,6 +102,50 @@ llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std
     g.workspaceBytes_ = std::max(g.workspaceBytes_, op.kernel->workspace(ctx));
   }
   return std::move(g);
+}
+
+// A view whose output has its input's offset shares the input's bytes (the
+// arena's rule, runtime/plan/ArenaRules.h): both live at the view, so equal
+// offsets of a nonempty value mean the same bytes.
+void GpuProgram::findBindableResults() {
+  const size_t n = values_.size();
+  std::vector<int32_t> root(n), writer(n, -1);
+  for (size_t v = 0; v < n; ++v) root[v] = int32_t(v);
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    const Op &op = ops_[k];
+    for (int32_t out : op.outputs)
+      if (out >= 0) writer[size_t(out)] = int32_t(k);
+    if (!plan::isViewOp(op.type) || op.inputs.empty() || op.outputs.empty()) continue;
+    const int32_t in = op.inputs[0], out = op.outputs[0];
+    if (in >= 0 && out >= 0 && offsets_[size_t(in)] >= 0 && offsets_[size_t(out)] == offsets_[size_t(in)] &&
+        values_[size_t(out)].nbytes() > 0)
+      root[size_t(out)] = root[size_t(in)];
+  }
+  bindable_.assign(results_.size(), {});
+  for (size_t i = 0; i < results_.size(); ++i) {
+    const int32_t r = root[size_t(results_[i])];
+    if (offsets_[size_t(r)] < 0 || writer[size_t(r)] < 0 || values_[size_t(r)].nbytes() == 0) continue;
+    bool shared = false; // another result (or the same value twice) has these bytes
+    for (size_t j = 0; j < results_.size(); ++j)
+      shared |= j != i && root[size_t(results_[j])] == r;
+    if (shared) continue;
+    BindableResult &b = bindable_[i];
+    for (size_t v = 0; v < n; ++v)
+      if (root[v] == r) b.values.push_back(int32_t(v));
+    b.writer = writer[size_t(r)];
+    const Op &w = ops_[size_t(b.writer)];
+    b.writerOutput0 = !w.outputs.empty() && w.outputs[0] == r;
+    bool onlyViewsRead = true;
+    for (const Op &op : ops_)
+      for (int32_t in : op.inputs)
+        if (in >= 0 && root[size_t(in)] == r)
+          onlyViewsRead &= plan::isViewOp(op.type) && !op.outputs.empty() && op.outputs[0] >= 0 &&
+                           root[size_t(op.outputs[0])] == r;
+    // alpha 1: alpha * AB + C rounds once where the sum of alpha * AB, rounded, would round twice.
+    b.addsInPlace = w.type == "Gemm" && w.outputs.size() == 1 && b.writerOutput0 &&
+                    (w.inputs.size() < 3 || w.inputs[2] < 0) && w.attrs.getFloat("alpha", 1.0f) == 1.0f &&
+                    onlyViewsRead;
+  }
 }
 
 int64_t GpuProgram::constantBytes() const {
@@ -137,6 +188,32 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
     else env[i].data = nullptr;
   }
   for (size_t i = 0; i < args.size(); ++i) env[size_t(arguments_[i])].data = args[i];
+  // Results written (or added) in place: their values take the caller's
+  // memory, where it lies apart from every argument and other result.
+  std::vector<bool> bound(results_.size(), false);
+  std::vector<uint8_t> opBinding(ops_.size(), 0); // 1: output 0 is a result, 2: and adds to it
+  auto apart = [&](size_t i) {
+    const auto p = reinterpret_cast<uintptr_t>(results[i]);
+    const size_t bytes = values_[size_t(results_[i])].nbytes();
+    auto clear = [&](const void *q, size_t qBytes) {
+      const auto x = reinterpret_cast<uintptr_t>(q);
+      return !q || qBytes == 0 || x + qBytes <= p || p + bytes <= x;
+    };
+    for (size_t j = 0; j < args.size(); ++j)
+      if (!clear(args[j], values_[size_t(arguments_[j])].nbytes())) return false;
+    for (size_t j = 0; j < results.size(); ++j)
+      if (j != i && !clear(results[j], values_[size_t(results_[j])].nbytes())) return false;
+    return true;
+  };
+  for (size_t i = 0; i < results_.size(); ++i) {
+    const BindableResult &b = bindable_[i];
+    const bool adds = i >= addFrom;
+    if (b.writer < 0 || (adds && !b.addsInPlace) || !results[i] || !apart(i)) continue;
+    for (int32_t v : b.values) env[size_t(v)].data = results[i];
+    bound[i] = true;
+    ++(adds ? addedInPlace : writtenInPlace);
+    if (b.writerOutput0) opBinding[size_t(b.writer)] = adds ? 2 : 1;
+  }
   ++ctx.programRun; // env's tensors identify this run's values to the kernels (the attention stash)
   // Products may share the bf16 copy of an operand (GpuContext::packedA)
   // while only products and views run between them.
@@ -145,8 +222,11 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
     explicit PackReuse(GpuContext &c) : ctx(c) { ++ctx.packEpoch, ctx.packReuse = true; }
     ~PackReuse() { ++ctx.packEpoch, ctx.packReuse = false; }
   } packReuse(ctx);
-  for (const Op &op : ops_) {
+  for (size_t k = 0; k < ops_.size(); ++k) {
+    const Op &op = ops_[k];
     GpuKernelContext kc{op.attrs, ctx, {}, {}, {}};
+    kc.outputIsResult = opBinding[k] >= 1;
+    kc.accumulateOutput = opBinding[k] == 2;
     kc.inputs.reserve(op.inputs.size());
     for (int32_t in : op.inputs) {
       kc.inputs.push_back(in >= 0 ? &env[size_t(in)] : nullptr);
@@ -167,6 +247,7 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
       if (auto e = ctx.timer->end(ctx.stream)) return e;
   }
   for (size_t i = 0; i < results_.size(); ++i) {
+    if (bound[i]) continue; // written (or added) there by its op
     const DeviceTensor &v = env[size_t(results_[i])];
     if (i >= addFrom) {
       if (v.dtype != DType::F32) return err(what_ + ": result " + llvm::Twine(i) + " is added to, but is not fp32");

@@ -31,7 +31,9 @@ public:
   // order; each result is copied to `results[i]` (device pointers) unless the
   // op already wrote it there. Results from `addFrom` on (fp32: a unit's
   // parameter gradients, a later micro-batch of the pass) are added to what
-  // `results[i]` holds instead.
+  // `results[i]` holds instead. Where it can, an op writes (or adds) a result
+  // straight into `results[i]`; `results[i]` must then not be read as an
+  // argument (run checks that the ranges are apart).
   llvm::Error run(GpuContext &ctx, void *arena, void *workspace, const std::vector<void *> &args,
                   const std::vector<void *> &results, size_t addFrom = SIZE_MAX) const;
 
@@ -43,6 +45,8 @@ public:
   const DeviceTensor &resultType(size_t i) const { return values_[size_t(results_[i])]; }
 
 private:
+  void findBindableResults();
+
   struct Op {
     std::string type, name;
     const GpuKernel *kernel = nullptr;
@@ -57,8 +61,27 @@ private:
   std::vector<void *> constantAddr_;   // device copies, indexed like values_
   std::vector<Op> ops_;
   std::vector<int32_t> arguments_, results_;
+  // Results the ops may write where the caller wants them instead of in the
+  // arena (saving the copy out, or the sum into a later micro-batch's
+  // gradient), per result: the values that share its bytes (it and the views
+  // of one written value), the op that writes them (-1: the result is copied
+  // out), and whether that op can add its value to what the caller's memory
+  // holds (a Gemm without C and with alpha 1, nothing but the views reading
+  // its value).
+  struct BindableResult {
+    std::vector<int32_t> values;
+    int32_t writer = -1;
+    bool writerOutput0 = false, addsInPlace = false;
+  };
+  std::vector<BindableResult> bindable_;
   int64_t arenaBytes_ = 0;
   size_t workspaceBytes_ = 0;
 };
+
+// Results GpuProgram::run let their ops write straight into the caller's
+// memory, and those of them the op added to the sum held there, so far in
+// this process (tests read them).
+uint64_t resultsWrittenInPlace();
+uint64_t resultsAddedInPlace();
 
 } // namespace megac::cuda

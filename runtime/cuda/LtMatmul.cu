@@ -78,10 +78,11 @@ struct PlanKey {
   uint32_t alignA, alignB, alignC, alignBias;
   size_t workspace;
   bool bf16Operands; // A and B packed to bf16 (BF16 mode with scratch), else fp32
+  bool roundOnce;    // LtGemm::roundOnce: no in-place split-K reduction
 
   auto tie() const {
     return std::tie(handle, mode, transA, transB, bias, m, n, k, batch, lda, ldb, ldc, strideA, strideB, strideC,
-                    alignA, alignB, alignC, alignBias, workspace, bf16Operands);
+                    alignA, alignB, alignC, alignBias, workspace, bf16Operands, roundOnce);
   }
   bool operator==(const PlanKey &o) const { return tie() == o.tie(); }
 };
@@ -91,7 +92,7 @@ struct PlanKeyHash {
     size_t h = std::hash<const void *>()(k.handle);
     auto mix = [&h](uint64_t v) { h ^= std::hash<uint64_t>()(v) + 0x9e3779b97f4a7c15ull + (h << 6) + (h >> 2); };
     mix(uint64_t(k.mode) | uint64_t(k.transA) << 8 | uint64_t(k.transB) << 9 | uint64_t(k.bias) << 10 |
-        uint64_t(k.bf16Operands) << 11);
+        uint64_t(k.bf16Operands) << 11 | uint64_t(k.roundOnce) << 12);
     for (int64_t v : {k.m, k.n, k.k, k.batch, k.lda, k.ldb, k.ldc, k.strideA, k.strideB, k.strideC}) mix(uint64_t(v));
     mix(uint64_t(k.alignA) | uint64_t(k.alignB) << 16 | uint64_t(k.alignC) << 32 | uint64_t(k.alignBias) << 48);
     mix(k.workspace);
@@ -161,6 +162,11 @@ llvm::Expected<bool> chooseAlgo(const PlanKey &key, Plan &p) {
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, key.alignC}};
   for (auto &[attr, value] : aligns)
     MEGAC_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, attr, &value, sizeof(value)));
+  if (key.roundOnce) {
+    uint32_t schemes = CUBLASLT_REDUCTION_SCHEME_MASK & ~uint32_t(CUBLASLT_REDUCTION_SCHEME_INPLACE);
+    MEGAC_CUBLAS_TRY(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_REDUCTION_SCHEME_MASK, &schemes,
+                                                          sizeof(schemes)));
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   cublasStatus_t s = cublasLtMatmulAlgoGetHeuristic(key.handle, p.desc, p.layoutA, p.layoutB, p.layoutC, p.layoutC,
@@ -256,6 +262,7 @@ llvm::Expected<bool> runChunk(GpuContext &ctx, const LtGemm &g, const void *a, c
   key.alignBias = g.bias ? alignmentOf(g.bias, 0, 1) : 0;
   key.workspace = ctx.gemmWorkspace ? ctx.gemmWorkspaceBytes : 0;
   key.bf16Operands = bf16Operands;
+  key.roundOnce = g.roundOnce;
 
   std::lock_guard<std::mutex> lock(cacheMutex);
   auto &cache = planCache();

@@ -59,6 +59,12 @@ struct LtGemm {
   // plan::bf16PackBytes(elemsA, 0) of scratch. b must still be the fp32 B:
   // the products that run on fp32 operands read it.
   const void *bPackedBf16 = nullptr;
+  // C = alpha op(A) op(B) + beta C rounded once, as a product computed apart
+  // and then added would be: no algorithm that adds split-K partial products
+  // into C one at a time (cuBLASLt's in-place reduction). Set for products
+  // whose C holds a sum they add to, and for the first of that sum's terms,
+  // so that both take the same algorithm.
+  bool roundOnce = false;
 };
 
 // plan::bf16PackBytes(elemsA, elemsB) of scratch lets ltMatmul pack operands

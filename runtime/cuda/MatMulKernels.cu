@@ -185,6 +185,7 @@ llvm::Error gemmKernel(GpuKernelContext &ctx) {
                                         "," + llvm::Twine(N) + "]");
   }
   const float alpha = ctx.attrs.getFloat("alpha", 1.0f), beta = ctx.attrs.getFloat("beta", 1.0f);
+  if (ctx.accumulateOutput && c) return gpuKernelError("Gemm", "cannot add to its output and read a C");
   if (M == 0 || N == 0) return llvm::Error::success();
 
   LtGemm g;
@@ -194,6 +195,8 @@ llvm::Error gemmKernel(GpuKernelContext &ctx) {
   g.c = y->as<float>(), g.ldc = N;
   g.alpha = alpha;
   g.scratch = ctx.workspace, g.scratchBytes = ctx.workspaceBytes;
+  g.roundOnce = ctx.outputIsResult;
+  if (ctx.accumulateOutput) g.beta = 1; // Y = alpha op(A) op(B) + Y, in place
   const bool useC = c && beta != 0.0f;
   if (useC && beta == 1.0f && cRows == 1 && cCols == N) {
     g.bias = c->as<const float>(); // a row vector: the epilogue adds it
