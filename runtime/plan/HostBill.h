@@ -7,6 +7,7 @@
 
 #include "llvm/Support/Error.h"
 
+#include <array>
 #include <cstdint>
 
 namespace megac::plan {
@@ -19,11 +20,25 @@ namespace megac::plan {
 struct HostBill {
   int64_t masterWeights = 0, adamMoments = 0, gradients = 0, pinnedStaging = 0, pinnedCheckpoints = 0, bf16Weights = 0,
           simulatedDevice = 0;
+  // Every part with what a user calls it.
+  struct Part {
+    const char *name;
+    int64_t bytes;
+  };
+  std::array<Part, 7> parts() const {
+    return {{{"fp32 master weights", masterWeights},
+             {"AdamW moments", adamMoments},
+             {"step gradients", gradients},
+             {"gradient staging", pinnedStaging},
+             {"offloaded checkpoints", pinnedCheckpoints},
+             {"bf16 weights to stream", bf16Weights},
+             {"the simulated GPU memory", simulatedDevice}}};
+  }
   // Saturating: an unchecked plan's sizes may be anything (the bill is read before the checker runs).
   int64_t total() const {
     int64_t t = 0;
-    for (int64_t part : {masterWeights, adamMoments, gradients, pinnedStaging, pinnedCheckpoints, bf16Weights, simulatedDevice})
-      if (__builtin_add_overflow(t, part, &t)) return INT64_MAX;
+    for (const Part &part : parts())
+      if (__builtin_add_overflow(t, part.bytes, &t)) return INT64_MAX;
     return t;
   }
 };

@@ -597,13 +597,9 @@ static int trainOnPlan(plan::Plan plan) {
   const bool announce = double(bill->total()) >= AnnounceHostGiB * double(1ull << 30);
   const auto preparing = std::chrono::steady_clock::now();
   if (announce) {
-    std::string parts = "fp32 master weights, AdamW moments";
-    for (auto [bytes, what] : {std::pair<int64_t, const char *>{bill->gradients, "step gradients"},
-                               {bill->pinnedStaging, "gradient staging"},
-                               {bill->pinnedCheckpoints, "offloaded checkpoints"},
-                               {bill->bf16Weights, "bf16 weights to stream"},
-                               {bill->simulatedDevice, "the simulated GPU memory"}})
-      if (bytes > 0) parts += std::string(", ") + what;
+    std::string parts;
+    for (const plan::HostBill::Part &part : bill->parts())
+      if (part.bytes > 0) parts += std::string(parts.empty() ? "" : ", ") + part.name;
     llvm::outs() << llvm::format("preparing %.1f GiB of host memory (", double(bill->total()) / (1ull << 30)) << parts
                  << ")\n";
     llvm::outs().flush();
