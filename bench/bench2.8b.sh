@@ -139,7 +139,7 @@ if [ "$run_rc" = 0 ] && [ "${STREAMED:-1}" = 1 ]; then
   done
 fi
 
-# PEERS=0 skips the PyTorch peers (a quick megac-only run; the table then lists them as failed).
+# PEERS=0 skips the PyTorch peers (a quick megac-only run; the table then lists them as not run).
 # PEER_MODES: which PyTorch peers (default both).
 [ "${PEERS:-1}" = 1 ] && for mode in ${PEER_MODES:-gpu fsdp_fused}; do
   stage "PyTorch peer: $mode (5 steps, the first one not timed)"
@@ -153,7 +153,11 @@ if [ "${PEERS:-1}" = 1 ] && [ "${DEEPSPEED:-1}" = 1 ] && [ -d .whl ]; then
 fi
 
 stage "table"
-"$PY" - "$OUT" <<'EOF'
+# The peers this run asked for: one that left no result failed, the others were not run.
+asked=""
+[ "${PEERS:-1}" = 1 ] && asked="${PEER_MODES:-gpu fsdp_fused}"
+[ "${PEERS:-1}" = 1 ] && [ "${DEEPSPEED:-1}" = 1 ] && [ -d .whl ] && asked="$asked deepspeed"
+ASKED="$asked" "$PY" - "$OUT" <<'EOF'
 import json, os, statistics as st, sys
 out = sys.argv[1]
 P, TOKENS = 2_814_016_512, 8 * 2048
@@ -204,14 +208,14 @@ for mode, label, then in (("gpu", "PyTorch, all on the GPU (bf16 autocast)", 0.9
                           ("fsdp_fused", "PyTorch FSDP2 CPU offload, fused CPU AdamW", 1.946),
                           ("deepspeed", "DeepSpeed ZeRO-3 offload, DeepSpeedCPUAdam", 2.579)):
     r = load(os.path.join(out, f"baseline_{mode}.json"))
-    rows.append((label, r["step_s"] if r else None, r))
+    rows.append((label, r["step_s"] if r else None, r or {"not_run": mode not in os.environ.get("ASKED", "").split()}))
     if r:
         r["measured_before"] = then
 
 print(f"{'':<48} {'s/step':>8} {'tok/s':>8} {'TFLOPS 6PT':>10} {'GPU peak GiB':>12}")
 for label, s, r in rows:
     if s is None:
-        print(f"{label:<48} {'failed':>8}")
+        print(f"{label:<48} {'not run' if r and r.get('not_run') else 'failed':>8}")
         continue
     peak = f"{r['gpu_peak_GiB']:12.1f}" if r and "gpu_peak_GiB" in r else f"{'':>12}"
     tok = r.get("tokens", TOKENS) if r else TOKENS

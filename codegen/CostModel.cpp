@@ -4,14 +4,17 @@
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/Bf16Weights.h"
 #include "runtime/plan/FusedAttention.h"
+#include "runtime/plan/PackCache.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <set>
 
 namespace megac::plan {
 
@@ -125,13 +128,17 @@ static llvm::Error linearCrossEntropyWork(const Program &p, const Program::Op &o
 }
 
 CopiedArguments copiedWeightArguments(const Plan &p, int unit) {
-  if (!p.has_schedule() || p.schedule().weight_copy_bytes() == 0 || unit < 0 || unit >= p.units_size() ||
-      p.units(unit).resident())
-    return {};
+  CopiedArguments copied;
+  if (!p.has_schedule()) return copied;
+  copied.packCacheBytes = p.schedule().pack_cache_bytes();
+  if (p.schedule().weight_copy_bytes() == 0 || unit < 0 || unit >= p.units_size() || p.units(unit).resident())
+    return copied;
   const Unit &u = p.units(unit);
-  if (u.template_id() < 0 || u.template_id() >= p.templates_size()) return {};
+  if (u.template_id() < 0 || u.template_id() >= p.templates_size()) return copied;
   const Template &t = p.templates(u.template_id());
-  return {t.num_activation_inputs(), t.num_activation_inputs() + t.num_parameters()};
+  copied.begin = t.num_activation_inputs();
+  copied.end = t.num_activation_inputs() + t.num_parameters();
+  return copied;
 }
 
 llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments copied,
@@ -148,8 +155,14 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments c
   auto packedElems = [&](int32_t id, const Program::Value *v) {
     return id >= 0 && isCopy[size_t(root[size_t(id)])] ? 0 : numel(v->type());
   };
+  // The pack cache (runtime/plan/PackCache.h): the copies products stored
+  // there, one after another while the region has room.
+  const PackCacheUse cacheUse = bf16Operands && copied.packCacheBytes > 0 ? packCacheUse(p) : PackCacheUse{};
+  std::set<std::string> cached;
+  int64_t cacheTop = 0;
   std::string lastPackedA;
-  for (const Program::Op &op : p.ops()) {
+  for (int at = 0; at < p.ops_size(); ++at) {
+    const Program::Op &op = p.ops(at);
     for (int32_t id : op.inputs())
       if (id < -1 || id >= p.values_size()) return err("op '" + op.name() + "' reads value " + llvm::Twine(id) + ", which does not exist");
     for (int32_t id : op.outputs())
@@ -173,8 +186,27 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments c
       const Program::Value *b = op.inputs_size() > 1 ? valueAt(p, op.inputs(1)) : nullptr;
       std::string aKey =
           std::to_string(root[size_t(op.inputs(0))]) + ":" + a->type().SerializeAsString() + (transA ? ":t" : "");
-      if (bf16Operands && b)
-        w.memoryBytes = 6.0 * double((aKey == lastPackedA ? 0 : packedElems(op.inputs(0), a)) + packedElems(op.inputs(1), b));
+      if (bf16Operands && b) {
+        // Copies are found before they are made (a product reading one
+        // operand twice packs it once), as the runtime does.
+        std::array<int64_t, 2> elems{aKey == lastPackedA ? 0 : packedElems(op.inputs(0), a),
+                                     packedElems(op.inputs(1), b)};
+        std::array<std::string, 2> keys;
+        for (int i = 0; i < 2; ++i) {
+          keys[size_t(i)] = std::to_string(root[size_t(op.inputs(i))]) + ":" +
+                            (i == 0 ? a : b)->type().SerializeAsString();
+          if (elems[size_t(i)] > 0 && cached.count(keys[size_t(i)])) elems[size_t(i)] = 0;
+        }
+        for (int i = 0; i < 2; ++i) {
+          const int64_t bytes = alignUp(2 * numel((i == 0 ? a : b)->type()));
+          if (size_t(at) < cacheUse.stores.size() && cacheUse.stores[size_t(at)][size_t(i)] && elems[size_t(i)] > 0 &&
+              bytes <= copied.packCacheBytes - cacheTop) {
+            cached.insert(keys[size_t(i)]);
+            cacheTop += bytes;
+          }
+        }
+        w.memoryBytes = 6.0 * double(elems[0] + elems[1]);
+      }
       // A Gemm's C (fuse-add-into-gemm's addend): the epilogue reads it.
       if (type == "Gemm" && op.inputs_size() > 2)
         if (const Program::Value *c = valueAt(p, op.inputs(2))) w.memoryBytes += double(tensorBytes(c->type()));

@@ -47,11 +47,15 @@ struct ProgramWork {
 // made beforehand (a streamed unit's parameters, where the plan has bf16
 // weight copies: StreamSchedule.weight_copy_bytes): products read them
 // without packing.
+// `packCacheBytes`: the plan's bf16 pack cache (StreamSchedule.pack_cache_bytes):
+// an operand that a product stored there is not packed again
+// (runtime/plan/PackCache.h).
 struct CopiedArguments {
   int begin = 0, end = 0;
+  int64_t packCacheBytes = 0;
 };
 // The parameters of `unit`'s programs where the plan copies its weight slots
-// to bf16 and the unit streams; else none.
+// to bf16 and the unit streams; else none. With the plan's pack cache.
 CopiedArguments copiedWeightArguments(const Plan &p, int unit);
 // `bf16Operands`: bf16 plans, where the runtime packs each product's fp32
 // operands to bf16 first (6 bytes moved per operand element, none for a

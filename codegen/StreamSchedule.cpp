@@ -2,6 +2,7 @@
 
 #include "codegen/MemoryPlan.h"
 #include "runtime/plan/Bf16Weights.h"
+#include "runtime/plan/PackCache.h"
 #include "runtime/plan/StreamLayout.h"
 #include "runtime/plan/TokenRows.h"
 #include "runtime/plan/UnitPrograms.h"
@@ -646,14 +647,39 @@ llvm::Error buildStreamSchedule(plan::Plan &p, const ScheduleOptions &o) {
   addRegion(s, DeviceRegion::ARENA, 0, plan::largestArenaBytes(p), 0, last);
   addRegion(s, DeviceRegion::WORKSPACE, 0, plan::workspaceBudgetBytes(p), 0, last);
   addRegion(s, DeviceRegion::CONSTANTS, 0, plan::constantsLayout(p).bytes, 0, last);
+  placeRegions(s);
+  return llvm::Error::success();
+}
 
+void placeRegions(plan::StreamSchedule &s) {
   std::vector<plan::Interval> blocks;
   for (const DeviceRegion &r : s.regions()) blocks.push_back({r.first_action(), r.last_action(), r.bytes()});
   int64_t deviceBytes = 0;
   std::vector<int64_t> offsets = plan::placeIntervals(blocks, &deviceBytes);
   for (int i = 0; i < s.regions_size(); ++i) s.mutable_regions(i)->set_offset(offsets[size_t(i)]);
   s.set_device_bytes(deviceBytes);
-  return llvm::Error::success();
+}
+
+void addPackCache(plan::Plan &p) {
+  plan::StreamSchedule &s = *p.mutable_schedule();
+  DeviceRegion *workspace = nullptr;
+  for (DeviceRegion &r : *s.mutable_regions())
+    if (r.kind() == DeviceRegion::WORKSPACE) workspace = &r;
+  const int64_t need = plan::packCacheNeedBytes(p), budget = s.gpu_budget_bytes();
+  if (!workspace || need == 0) return;
+  auto place = [&](int64_t cache) {
+    s.set_pack_cache_bytes(cache);
+    workspace->set_bytes(plan::workspaceBudgetBytes(p));
+    placeRegions(s);
+  };
+  const int64_t before = s.device_bytes();
+  place(need);
+  if (s.device_bytes() <= budget) return;
+  // What the budget leaves: the region lives the whole step, so the peak
+  // grows by its bytes at most.
+  const int64_t left = (budget - before) / plan::kAlignment * plan::kAlignment;
+  place(std::clamp<int64_t>(left, 0, need));
+  if (s.device_bytes() > budget && s.pack_cache_bytes() > 0) place(0);
 }
 
 } // namespace megac::codegen

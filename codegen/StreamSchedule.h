@@ -52,6 +52,12 @@ struct ScheduleOptions {
   // products read its weights as bf16 instead of packing them each time
   // (plan.proto's StreamSchedule.weight_copy_bytes). No effect in other plans.
   bool bf16WeightCopies = false;
+  // --pack-cache (on by default): in bf16 plans, a region of the WORKSPACE
+  // where a program's products keep the bf16 copies of operands that a later
+  // product reads again (plan.proto's StreamSchedule.pack_cache_bytes,
+  // runtime/plan/PackCache.h). The compiler adds it after the policies
+  // (addPackCache): they plan without it.
+  bool packCache = true;
   // --bf16-weight-stream on (auto, the default, is compile's policy below): in bf16 plans, the parameters that
   // only products read, of units that stream and step on the host, cross PCIe
   // as bf16, which the host's AdamW writes beside the masters (2 more host
@@ -95,5 +101,16 @@ int64_t autoSmallGradSlotBytes(std::vector<int64_t> unitBytes);
 // Needs the programs' arenas (assignArenas first).
 // Does not enforce the budget: device_bytes may exceed it (compile reports that).
 llvm::Error buildStreamSchedule(plan::Plan &plan, const ScheduleOptions &opts);
+
+// Places the schedule's regions (offsets, device_bytes): intervals of
+// actions sharing bytes where their lifetimes do not overlap.
+void placeRegions(plan::StreamSchedule &s);
+
+// The bf16 pack cache (runtime/plan/PackCache.h) in a scheduled plan's
+// WORKSPACE region: what its programs need (plan::packCacheNeedBytes), or,
+// where that passes the GPU budget, what the budget leaves, or none; then
+// the regions placed again. Compile adds it after every policy, so that
+// none of them gives up GPU memory for it; nothing in plans that are not bf16.
+void addPackCache(plan::Plan &plan);
 
 } // namespace megac::codegen

@@ -86,6 +86,9 @@ static llvm::Expected<plan::Plan> compilePlan(const std::string &modelPath, cons
   if (auto e = applyRecomputePolicy(*plan, so)) return std::move(e);
   // Last: auto offloads checkpoints only where the plan is over budget.
   if (auto e = applyCheckpointOffloadPolicy(*plan, so)) return std::move(e);
+  // The pack cache takes what the programs need of the GPU memory the
+  // policies left.
+  if (co.schedule.packCache) codegen::addPackCache(*plan);
   return plan;
 }
 
@@ -272,7 +275,11 @@ llvm::Expected<plan::Plan> compileForTraining(const std::string &modelPath, cons
 }
 
 llvm::Expected<LongestSeq> longestSeqAtBatch1(const std::string &modelPath, const frontend::ImportOptions &import,
-                                              const passes::PassOptions &passOpts, const CodegenOptions &co) {
+                                              const passes::PassOptions &passOpts, const CodegenOptions &asked) {
+  // Without the pack cache, which takes what the budget leaves (up to what
+  // the programs need): it would hide the GPU bytes a token costs.
+  CodegenOptions co = asked;
+  co.schedule.packCache = false;
   LongestSeq out;
   // An estimate from the least GPU memory per token (checkpoints offloaded
   // where allowed), then compiles as the flags ask close in on the length;

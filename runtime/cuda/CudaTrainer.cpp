@@ -435,13 +435,14 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   }
   arena_ = arenaNeed ? region(plan::DeviceRegion::ARENA, 0, arenaNeed, e) : device_;
   if (e) return e;
-  // The WORKSPACE region: the kernels' scratch, the attention stash, then
-  // cuBLASLt's at its end.
+  // The WORKSPACE region: the kernels' scratch, the attention stash, the
+  // bf16 pack cache, then cuBLASLt's at its end.
   auto ws = regions_.find({int(plan::DeviceRegion::WORKSPACE), 0, 0});
   int64_t have = ws == regions_.end() ? 0 : ws->second->bytes();
   const size_t scratch = size_t(plan::alignUp(int64_t(workNeed), 256)),
-               stash = size_t(plan::alignUp(plan::attentionStashBytes(plan_), 256));
-  const size_t need = scratch + stash + size_t(plan::kGemmWorkspaceBytes);
+               stash = size_t(plan::alignUp(plan::attentionStashBytes(plan_), 256)),
+               packCache = gpu_.mode == ComputeMode::BF16 ? size_t(plan_.schedule().pack_cache_bytes()) : 0;
+  const size_t need = scratch + stash + packCache + size_t(plan::kGemmWorkspaceBytes);
   if (have >= int64_t(need)) {
     workspace_ = device_ + ws->second->offset();
   } else {
@@ -454,6 +455,8 @@ llvm::Error CudaTrainer::init(const CudaOptions &opts) {
   }
   gpu_.attentionStash = stash ? workspace_ + scratch : nullptr;
   gpu_.attentionStashBytes = stash;
+  gpu_.packCache.base = packCache ? workspace_ + scratch + stash : nullptr;
+  gpu_.packCache.bytes = packCache;
   gpu_.gemmWorkspace = workspace_ + have - plan::kGemmWorkspaceBytes;
   gpu_.gemmWorkspaceBytes = size_t(plan::kGemmWorkspaceBytes);
 

@@ -76,6 +76,26 @@ struct GpuContext {
     uint64_t epoch = 0;
   } packedA;
   uint64_t packsReused = 0; // products that took packedA (tests read it)
+  // bf16 mode: the pack cache (runtime/plan/PackCache.h), a part of the
+  // WORKSPACE region (StreamSchedule.pack_cache_bytes): the bf16 copies that
+  // a program's products stored for later products of the same run, one
+  // after another from `base`. GpuProgram::run empties it around each run
+  // and drops the copies whose source an op writes over (their bytes stay
+  // taken until the run ends).
+  struct PackCache {
+    uint8_t *base = nullptr;
+    size_t bytes = 0, top = 0;
+    struct Entry {
+      const void *src = nullptr;
+      int64_t rows = 0, cols = 0, ld = 0, stride = 0, batch = 0;
+      size_t srcBytes = 0;
+      const void *copy = nullptr;
+    };
+    std::vector<Entry> entries;
+    void clear() { top = 0, entries.clear(); }
+    // Drops the copies of sources that overlap [p, p + n).
+    void dropOverlapping(const void *p, size_t n);
+  } packCache;
   // bf16 mode: the weight slots' bf16 copies (plan.proto's WEIGHT_COPY; the
   // trainer packs a unit's parameters into them with each PREFETCH). fp32
   // element i of [src, src + elems) has its bf16 copy at copy[i]; a product
@@ -115,6 +135,9 @@ struct GpuKernelContext {
   // rounded once, as the sum `C += A B` of the value would be).
   bool outputIsResult = false;
   bool accumulateOutput = false;
+  // Products (MatMul, Gemm): how each of inputs 0 and 1 may use the pack
+  // cache (GpuContext::packCache; LtGemm::cacheA/cacheB).
+  std::array<uint8_t, 2> packCache{};
 
   size_t numInputs() const { return inputs.size(); }
   const DeviceTensor *input(size_t i) const { return i < inputs.size() ? inputs[i] : nullptr; }

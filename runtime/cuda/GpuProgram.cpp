@@ -2,8 +2,10 @@
 
 #include "runtime/cuda/CudaCheck.h"
 #include "runtime/cuda/GradSumKernels.h"
+#include "runtime/cuda/LtMatmul.h"
 #include "runtime/cuda/OpTimer.h"
 #include "runtime/plan/ArenaRules.h"
+#include "runtime/plan/PackCache.h"
 
 #include <atomic>
 
@@ -82,6 +84,11 @@ llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std
     g.results_.push_back(r);
   }
   g.findBindableResults();
+  const plan::PackCacheUse cacheUse = plan::packCacheUse(p);
+  g.packCache_.assign(g.ops_.size(), {0, 0});
+  for (size_t k = 0; k < g.ops_.size(); ++k)
+    if (g.ops_[k].type == "MatMul" || g.ops_[k].type == "Gemm")
+      for (size_t i = 0; i < 2; ++i) g.packCache_[k][i] = cacheUse.stores[k][i] ? kPackStore : kPackFind;
   // The scratch each op asks for, from shapes and constants (no data yet).
   for (const Op &op : g.ops_) {
     if (!op.kernel->workspace) continue;
@@ -216,11 +223,12 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
   }
   ++ctx.programRun; // env's tensors identify this run's values to the kernels (the attention stash)
   // Products may share the bf16 copy of an operand (GpuContext::packedA)
-  // while only products and views run between them.
+  // while only products and views run between them, and take those stored
+  // in the pack cache during this run.
   struct PackReuse {
     GpuContext &ctx;
-    explicit PackReuse(GpuContext &c) : ctx(c) { ++ctx.packEpoch, ctx.packReuse = true; }
-    ~PackReuse() { ++ctx.packEpoch, ctx.packReuse = false; }
+    explicit PackReuse(GpuContext &c) : ctx(c) { ++ctx.packEpoch, ctx.packReuse = true, ctx.packCache.clear(); }
+    ~PackReuse() { ++ctx.packEpoch, ctx.packReuse = false, ctx.packCache.clear(); }
   } packReuse(ctx);
   for (size_t k = 0; k < ops_.size(); ++k) {
     const Op &op = ops_[k];
@@ -235,6 +243,7 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
     for (int32_t out : op.outputs) kc.outputs.push_back(out >= 0 ? &env[size_t(out)] : nullptr);
     kc.workspace = workspace;
     kc.workspaceBytes = workspaceBytes_;
+    kc.packCache = packCache_[k];
     const bool keepsPack = op.type == "MatMul" || op.type == "Gemm" ||
                            (plan::isViewOp(op.type) && kc.inputs.size() >= 1 && kc.outputs.size() == 1 && kc.inputs[0] &&
                             kc.outputs[0] && kc.inputs[0]->data == kc.outputs[0]->data);
@@ -243,6 +252,12 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
       if (auto e = ctx.timer->begin(op.type + (backward_ ? " (backward)" : ""), ctx.stream)) return e;
     if (auto e = op.kernel->run(kc)) return err(what_ + ": op '" + op.name + "': " + llvm::toString(std::move(e)));
     if (!keepsPack) ++ctx.packEpoch;
+    // The copies of what this op wrote over are stale (a view that shares
+    // its input's bytes writes nothing).
+    for (const DeviceTensor *out : kc.outputs)
+      if (out && out->data && !(kc.inputs.size() >= 1 && kc.inputs[0] && kc.inputs[0]->data == out->data &&
+                                plan::isViewOp(op.type)))
+        ctx.packCache.dropOverlapping(out->data, out->nbytes());
     if (ctx.timer)
       if (auto e = ctx.timer->end(ctx.stream)) return e;
   }

@@ -74,6 +74,9 @@ private:
     bool writerOutput0 = false, addsInPlace = false;
   };
   std::vector<BindableResult> bindable_;
+  // Per op, products only: how its inputs 0 and 1 use the pack cache
+  // (LtGemm::cacheA/cacheB, from plan::packCacheUse).
+  std::vector<std::array<uint8_t, 2>> packCache_;
   int64_t arenaBytes_ = 0;
   size_t workspaceBytes_ = 0;
 };

@@ -6,8 +6,10 @@
 #include "runtime/cuda/LtMatmul.h"
 
 #include "runtime/cuda/CudaCheck.h"
+#include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/StreamLayout.h"
 
+#include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
 
 #include <cuda_bf16.h>
@@ -398,6 +400,31 @@ bool overlaps(const void *a, int64_t aBytes, const void *b, int64_t bBytes) {
   return aBytes > 0 && bBytes > 0 && x < y + uintptr_t(bBytes) && y < x + uintptr_t(aBytes);
 }
 
+std::atomic<uint64_t> cacheStores{0}, cacheFinds{0};
+
+// The pack cache's copy of this operand, stored by an earlier product of the run.
+const void *findCachedPack(const GpuContext &ctx, const float *src, const Stored &m) {
+  for (const GpuContext::PackCache::Entry &e : ctx.packCache.entries)
+    if (e.src == src && e.rows == m.rows && e.cols == m.cols && e.ld == m.ld && e.stride == m.stride &&
+        e.batch == m.batch) {
+      ++cacheFinds;
+      return e.copy;
+    }
+  return nullptr;
+}
+
+// Room in the pack cache for this operand's copy, taken (the caller packs
+// it there), or nullptr where there is none.
+__nv_bfloat16 *takeCachedPack(GpuContext &ctx, const float *src, const Stored &m) {
+  GpuContext::PackCache &c = ctx.packCache;
+  const size_t bytes = size_t(plan::alignUp(2 * m.packedElems()));
+  if (!c.base || bytes == 0 || bytes > c.bytes - std::min(c.top, c.bytes)) return nullptr;
+  auto *copy = reinterpret_cast<__nv_bfloat16 *>(c.base + c.top);
+  c.top += bytes;
+  c.entries.push_back({src, m.rows, m.cols, m.ld, m.stride, m.batch, size_t(spanBytes(m, 4)), copy});
+  return copy;
+}
+
 bool reusable(const GpuContext &ctx, const float *src, const Stored &m, const void *dst) {
   const GpuContext::PackedA &p = ctx.packedA;
   return ctx.packReuse && p.epoch == ctx.packEpoch && p.src == src && p.dst == dst && p.rows == m.rows &&
@@ -440,11 +467,26 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
     return weightCopyOf(ctx, p, m.rows * m.cols);
   };
   const void *aCopy = copyOf(g.a, sa), *bCopy = bPacked ? g.bPackedBf16 : copyOf(g.b, sb);
+  // The pack cache (runtime/plan/PackCache.h): a copy an earlier product of
+  // the run stored, else room to store this one's (packed below, or given
+  // back where the product does not run on packed operands).
+  const bool packs = ctx.mode == ComputeMode::BF16 && g.scratch;
+  const size_t cacheTop = ctx.packCache.top, cacheEntries = ctx.packCache.entries.size();
+  __nv_bfloat16 *aStore = nullptr, *bStore = nullptr;
+  if (packs && !aCopy && g.cacheA) aCopy = findCachedPack(ctx, g.a, sa);
+  if (packs && !aCopy && g.cacheA == kPackStore) aCopy = aStore = takeCachedPack(ctx, g.a, sa);
+  if (packs && !bCopy && g.cacheB) bCopy = findCachedPack(ctx, g.b, sb);
+  if (packs && !bCopy && g.cacheB == kPackStore) bCopy = bStore = takeCachedPack(ctx, g.b, sb);
   const int64_t aPackElems = aCopy ? 0 : sa.packedElems(), bPackElems = bCopy ? 0 : sb.packedElems();
-  if (ctx.mode == ComputeMode::BF16 && g.scratch && size_t(plan::bf16PackBytes(aPackElems, bPackElems)) <= g.scratchBytes) {
+  if (packs && size_t(plan::bf16PackBytes(aPackElems, bPackElems)) <= g.scratchBytes) {
     auto *scratch = static_cast<__nv_bfloat16 *>(g.scratch);
     auto *pa = aCopy ? static_cast<__nv_bfloat16 *>(const_cast<void *>(aCopy)) : scratch;
     auto *pb = bCopy ? static_cast<__nv_bfloat16 *>(const_cast<void *>(bCopy)) : scratch + align128(aPackElems);
+    if (aStore)
+      if (auto e = packBf16(ctx.stream, aStore, g.a, sa)) return e;
+    if (bStore)
+      if (auto e = packBf16(ctx.stream, bStore, g.b, sb)) return e;
+    cacheStores += int(aStore != nullptr) + int(bStore != nullptr);
     if (aCopy) {
       if (!bCopy) ctx.packedA = {}; // B is packed over the scratch's last packed A
     } else if (reusable(ctx, g.a, sa, pa)) {
@@ -460,6 +502,8 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
     a = pa, b = pb;
     bf16 = true;
   } else if (ctx.mode == ComputeMode::BF16) {
+    ctx.packCache.top = cacheTop; // nothing was stored
+    ctx.packCache.entries.resize(cacheEntries);
     noteFp32Operands(g, g.scratch ? "its scratch cannot hold their bf16 copies" : "it was given no scratch for them");
   }
   // This product's output may cover the packed copy's source (a value that
@@ -469,6 +513,7 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
                                                  ctx.packedA.stride, ctx.packedA.batch}, 4),
                g.c, spanBytes(sc, 4)))
     ctx.packedA = {};
+  ctx.packCache.dropOverlapping(g.c, size_t(spanBytes(sc, 4)));
   const size_t opBytes = bf16 ? 2 : 4;
   for (int64_t first = 0; first < g.batch; first += kMaxBatchPerCall) {
     LtGemm chunk = op;
@@ -493,6 +538,12 @@ llvm::Error ltMatmul(GpuContext &ctx, const LtGemm &in) {
 static std::atomic<uint64_t> copyReads{0};
 
 uint64_t weightCopyReads() { return copyReads.load(); }
+uint64_t packCacheStores() { return cacheStores.load(); }
+uint64_t packCacheFinds() { return cacheFinds.load(); }
+
+void GpuContext::PackCache::dropOverlapping(const void *p, size_t n) {
+  llvm::erase_if(entries, [&](const Entry &e) { return overlaps(e.src, int64_t(e.srcBytes), p, int64_t(n)); });
+}
 
 const void *weightCopyOf(const GpuContext &ctx, const float *p, int64_t elems) {
   if (ctx.mode != ComputeMode::BF16 || !p || elems <= 0) return nullptr;

@@ -65,7 +65,14 @@ struct LtGemm {
   // whose C holds a sum they add to, and for the first of that sum's terms,
   // so that both take the same algorithm.
   bool roundOnce = false;
+  // BF16 mode: how A and B use the pack cache (GpuContext::packCache,
+  // runtime/plan/PackCache.h): kPackFind reads a copy an earlier product
+  // stored there; kPackStore also stores this operand's copy where there is
+  // none and the cache has room. A product's operands as the program gives
+  // them, never a kernel's own buffers.
+  uint8_t cacheA = 0, cacheB = 0;
 };
+inline constexpr uint8_t kPackFind = 1, kPackStore = 2;
 
 // plan::bf16PackBytes(elemsA, elemsB) of scratch lets ltMatmul pack operands
 // of at most that many elements (as stored, strides included) to bf16.
@@ -85,6 +92,9 @@ llvm::Error unpackBf16On(cudaStream_t stream, float *dst, const void *src, int64
 const void *weightCopyOf(const GpuContext &ctx, const float *p, int64_t elems);
 // Operands read from a weight slot's bf16 copy so far, in this process (tests read it).
 uint64_t weightCopyReads();
+// Operands stored in / read from the pack cache so far, in this process (tests read them).
+uint64_t packCacheStores();
+uint64_t packCacheFinds();
 
 // The cuBLASLt compute type a mode stands for.
 cublasComputeType_t ltComputeType(ComputeMode mode);

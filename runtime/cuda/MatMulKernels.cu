@@ -84,9 +84,10 @@ llvm::Expected<MatMulShape> matMulShape(const Shape &a, const Shape &b, const Sh
 // consecutive, folded into M (one taller product) with the next run as the
 // strided batch. Any runs left are looped over.
 llvm::Error runMatMul(GpuContext &gpu, const MatMulShape &s, const float *a, const float *b, float *y, void *scratch,
-                      size_t scratchBytes) {
+                      size_t scratchBytes, std::array<uint8_t, 2> packCache) {
   LtGemm g;
   g.scratch = scratch, g.scratchBytes = scratchBytes;
+  g.cacheA = packCache[0], g.cacheB = packCache[1];
   g.m = s.M, g.n = s.N, g.k = s.K;
   g.lda = s.K, g.ldb = s.N, g.ldc = s.N;
   size_t loopRuns = s.runs.size();
@@ -137,7 +138,7 @@ llvm::Error matMulKernel(GpuKernelContext &ctx) {
   if (!s) return s.takeError();
   if (y->numel() == 0) return llvm::Error::success();
   return runMatMul(ctx.gpu, *s, a->as<const float>(), b->as<const float>(), y->as<float>(), ctx.workspace,
-                   ctx.workspaceBytes);
+                   ctx.workspaceBytes, ctx.packCache);
 }
 
 // Room to pack both operands to bf16: a call of ltMatmul reads at most all
@@ -196,6 +197,7 @@ llvm::Error gemmKernel(GpuKernelContext &ctx) {
   g.alpha = alpha;
   g.scratch = ctx.workspace, g.scratchBytes = ctx.workspaceBytes;
   g.roundOnce = ctx.outputIsResult;
+  g.cacheA = ctx.packCache[0], g.cacheB = ctx.packCache[1];
   if (ctx.accumulateOutput) g.beta = 1; // Y = alpha op(A) op(B) + Y, in place
   const bool useC = c && beta != 0.0f;
   if (useC && beta == 1.0f && cRows == 1 && cCols == N) {

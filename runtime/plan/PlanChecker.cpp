@@ -710,6 +710,14 @@ private:
         if (auto e = require(DeviceRegion::WEIGHT_COPY, k, copyBytes, 0, last, "the bf16 copy of weight slot " + std::to_string(k)))
           return e;
     }
+    if (const int64_t cache = s_.pack_cache_bytes(); cache != 0) {
+      // Part of the WORKSPACE region (its size below counts it): runtime/plan/PackCache.h.
+      if (p_.compute() != "bf16")
+        return violation("malformed plan", "a bf16 pack cache in a plan whose compute is '" + p_.compute() + "'");
+      if (cache < 0 || cache % kAlignment != 0 || cache > s_.device_bytes())
+        return violation("malformed plan", "a bf16 pack cache of " + llvm::Twine(cache) +
+                                               " bytes (a multiple of 256 within the plan's device bytes)");
+    }
     if (s_.grad_slot_bytes() < gradBytes)
       return violation("region size", "grad slots of " + llvm::Twine(s_.grad_slot_bytes()) + " bytes cannot hold the largest unit's gradients (" +
                                           llvm::Twine(gradBytes) + ")");

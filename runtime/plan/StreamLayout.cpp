@@ -241,7 +241,8 @@ int64_t workspaceBudgetBytes(const Plan &p) {
       if (bf16) most = std::max(most, gemmPackBytes(*prog));
     }
   }
-  return alignUp(most) + alignUp(attentionStashBytes(p)) + kGemmWorkspaceBytes;
+  return alignUp(most) + alignUp(attentionStashBytes(p)) + alignUp(p.schedule().pack_cache_bytes()) +
+         kGemmWorkspaceBytes;
 }
 
 bool anyAdamwOnGpu(const Plan &p) {

@@ -95,7 +95,8 @@ ConstantsLayout constantsLayout(const Plan &p);
 // The kernels' scratch (the WORKSPACE region): a budget, from shapes. The
 // largest of: each Attention op's (attentionWorkspaceBytes), the fused loss's,
 // in bf16 plans the bf16 copies of the largest MatMul/Gemm's two operands;
-// then the attention stash (attentionStashBytes) and 32 MiB for cuBLASLt.
+// then the attention stash (attentionStashBytes), the bf16 pack cache
+// (StreamSchedule.pack_cache_bytes, runtime/plan/PackCache.h) and 32 MiB for cuBLASLt.
 // The runtime sizes its kernels' scratch itself and allocates beyond the
 // region, with a warning, where they need more.
 inline constexpr int64_t kGemmWorkspaceBytes = int64_t(32) << 20;

@@ -354,6 +354,56 @@ TEST(GpuWeightCopies, TrainAsThePlanWithoutThemBitForBit) {
   }
 }
 
+// The bf16 pack cache (--pack-cache, runtime/plan/PackCache.h): products
+// store the bf16 copies of operands that a later product of the same program
+// run reads again, and the later ones read them instead of packing: 3 steps
+// give the plan without it's losses and state bit for bit. Tied gpt2 too; a
+// pass of 2 micro-batches (their weight gradients added in place); and with
+// the weight slots' bf16 copies, which products read before the cache.
+TEST(GpuPackCache, TrainsAsThePlanWithoutItBitForBit) {
+  struct Case {
+    const char *model;
+    int microBatches;
+    bool weightCopies;
+  };
+  for (const Case &c : {Case{"llama", 1, false}, Case{"gpt2", 1, false}, Case{"llama", 2, false}, Case{"llama", 1, true}}) {
+    SCOPED_TRACE(std::string(c.model) + ", " + std::to_string(c.microBatches) + " micro-batches a pass" +
+                 (c.weightCopies ? ", bf16 weight copies" : ""));
+    std::vector<double> losses[2];
+    runtime::HostState state[2];
+    uint64_t finds[2] = {0, 0}, stores[2] = {0, 0};
+    for (int cache = 0; cache < 2; ++cache) {
+      codegen::CodegenOptions co;
+      co.compute = "bf16";
+      co.schedule.residentUnits = 0;
+      co.schedule.gpuAdamwUnits = 0;
+      co.schedule.microBatches = c.microBatches;
+      co.schedule.bf16WeightCopies = c.weightCopies;
+      co.schedule.packCache = cache == 1;
+      co.optimizer.set_grad_accum(c.microBatches);
+      plan::Plan p = compileFixtureWith(c.model, 16, co);
+      ASSERT_EQ(p.schedule().pack_cache_bytes() > 0, cache == 1);
+      const auto mbs = fixtureMicroBatches(c.model, p.ignore_index(), c.microBatches);
+      auto gpu = gpuTrainer(p);
+      ASSERT_TRUE(gpu);
+      const uint64_t found = cuda::packCacheFinds(), stored = cuda::packCacheStores();
+      for (int s = 0; s < 3; ++s) {
+        auto st = gpu->step(mbs, 1e-2f);
+        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
+        losses[cache].push_back(st->loss);
+      }
+      finds[cache] = cuda::packCacheFinds() - found;
+      stores[cache] = cuda::packCacheStores() - stored;
+      state[cache] = gpu->currentState();
+    }
+    EXPECT_EQ(stores[0], 0u);
+    EXPECT_EQ(finds[0], 0u);
+    EXPECT_GT(stores[1], 0u);
+    EXPECT_GE(finds[1], stores[1]) << "each copy stored is read at least once more";
+    expectSameRuns(losses, state);
+  }
+}
+
 // Weights streamed as bf16 (--bf16-weight-stream, runtime/plan/Bf16Weights.h):
 // the host's AdamW writes their bf16 rounding, the PREFETCHes copy that into
 // the slots' bf16 copies and unpack it into the fp32 slots; the products read

@@ -4,6 +4,7 @@
 // directions), plus invariants on the schedule megac compiles for the llama
 // fixture.
 #include "FixtureTestUtil.h"
+#include "ProgramBuilder.h"
 
 #include "codegen/CostModel.h"
 #include "codegen/GpuAdamwPolicy.h"
@@ -19,31 +20,6 @@ using namespace megac;
 using namespace megac::testing;
 
 namespace {
-
-plan::TensorType f32(std::vector<int64_t> shape) {
-  plan::TensorType t;
-  t.set_dtype(plan::F32);
-  for (int64_t d : shape) t.add_shape(d);
-  return t;
-}
-
-int32_t addValue(plan::Program &p, std::vector<int64_t> shape, plan::Program::Value::Kind kind = plan::Program::Value::TEMP) {
-  plan::Program::Value *v = p.add_values();
-  v->set_kind(kind);
-  *v->mutable_type() = f32(shape);
-  return p.values_size() - 1;
-}
-
-void addOp(plan::Program &p, const char *type, std::vector<int32_t> in, std::vector<int32_t> out,
-           const Attrs &attrs = {}) {
-  plan::Program::Op *op = p.add_ops();
-  op->set_type(type);
-  for (int32_t i : in) op->add_inputs(i);
-  for (int32_t o : out) op->add_outputs(o);
-  plan::toProto(attrs, *op->mutable_attributes());
-}
-
-constexpr auto kArg = plan::Program::Value::ARGUMENT;
 
 TEST(CostModel, ProgramWorkCountsGemmFlopsAndBytes) {
   plan::Program p;

@@ -60,6 +60,7 @@ static llvm::Error reportSchedule(const Plan &p, const MemoryReport &m, const Ma
   r.microBatchesPerPass = passMicroBatches(s);
   r.deviceBytes = s.device_bytes();
   r.gpuBudgetBytes = s.gpu_budget_bytes();
+  r.packCacheBytes = s.pack_cache_bytes();
   for (int k = DeviceRegion::Kind_MIN; k <= DeviceRegion::Kind_MAX; ++k) {
     if (!DeviceRegion::Kind_IsValid(k)) continue;
     DeviceCategory c;
@@ -325,6 +326,10 @@ static void printGpuMemory(llvm::raw_ostream &os, const ScheduleReport &s) {
     printBytes(os, c.footprintBytes);
     os << ", " << c.regions << (c.regions == 1 ? " region" : " regions");
     if (c.sumBytes != c.footprintBytes) os << " (" << c.sumBytes << " bytes before sharing)";
+    if (c.kind == DeviceRegion::WORKSPACE && s.packCacheBytes > 0) {
+      os << ", of which the bf16 pack cache ";
+      printBytes(os, s.packCacheBytes);
+    }
     os << "\n";
   }
   os << "  peak (the allocation): ";
@@ -558,7 +563,8 @@ static llvm::json::Value gpuMemoryJson(const ScheduleReport &s) {
                             {"weight_slot_bytes", s.weightSlotBytes},
                             {"grad_slot_bytes", s.gradSlotBytes},
                             {"small_grad_slots", s.smallGradSlots},
-                            {"small_grad_slot_bytes", s.smallGradSlotBytes}};
+                            {"small_grad_slot_bytes", s.smallGradSlotBytes},
+                            {"pack_cache_bytes", s.packCacheBytes}};
 }
 
 static llvm::json::Value predictionJson(const ScheduleReport &s) {

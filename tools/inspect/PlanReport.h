@@ -84,6 +84,7 @@ struct ScheduleReport {
   // regions; every DeviceRegion::Kind in enum order.
   std::vector<DeviceCategory> device;
   int64_t deviceBytes = 0, gpuBudgetBytes = 0;
+  int64_t packCacheBytes = 0; // inside the workspace (StreamSchedule.pack_cache_bytes)
   // Host: fp32 master weights, AdamW m and v, the pinned gradient staging
   // slots, the offloaded checkpoints, and the step's gradients where they
   // are kept (MemoryReport).

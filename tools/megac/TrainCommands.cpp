@@ -108,6 +108,13 @@ static cl::opt<std::string> Bf16WeightCopies(
              "unit), made once as the unit's weights arrive, so that its products read them as bf16 instead of "
              "converting them each time. off (default): no copies (less GPU memory)"),
     cl::init("off"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
+static cl::opt<std::string> PackCache(
+    "pack-cache",
+    cl::desc("on (default): bf16 plans keep, for each run of a unit's program, the bf16 copies of the products' "
+             "operands that a later product reads again (a layer's normed input, read by its q, k and v products "
+             "and their weight gradients), in GPU memory the plan sizes from its programs (less where the GPU "
+             "budget leaves less); the results are the same bit for bit. off: each product converts its operands"),
+    cl::init("on"), cl::value_desc("on|off"), cl::sub(compileCmd()), cl::sub(trainCmd()));
 static cl::opt<std::string> Bf16WeightStream(
     "bf16-weight-stream",
     cl::desc("on: in bf16 plans, the weights that only matrix products read (which read them as bf16 anyway) cross "
@@ -380,6 +387,9 @@ static llvm::Expected<codegen::ScheduleOptions> scheduleFlags() {
   if (Bf16WeightCopies != "on" && Bf16WeightCopies != "off")
     return flagError("--bf16-weight-copies must be on or off, not '" + Bf16WeightCopies + "'");
   so.bf16WeightCopies = Bf16WeightCopies == "on";
+  if (PackCache != "on" && PackCache != "off")
+    return flagError("--pack-cache must be on or off, not '" + PackCache + "'");
+  so.packCache = PackCache == "on";
   if (Bf16WeightStream != "on" && Bf16WeightStream != "off" && Bf16WeightStream != "auto")
     return flagError("--bf16-weight-stream must be auto, on or off, not '" + Bf16WeightStream + "'");
   so.bf16WeightStream = Bf16WeightStream == "on";
