@@ -3,6 +3,7 @@
 #include "runtime/plan/ArenaRules.h"
 #include "runtime/plan/UnitPrograms.h"
 
+#include <algorithm>
 #include <map>
 #include <string>
 #include <utility>

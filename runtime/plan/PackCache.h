@@ -7,7 +7,7 @@
 // gradient by its input-gradient and weight-gradient products, a weight by
 // its forward product and its input gradient's.
 //
-// Both sides read these rules: the planner sizes the region by them
+// One set of rules for three readers: the planner sizes the region by them
 // (StreamSchedule.pack_cache_bytes), the cost model charges the packing by
 // them, and the CUDA runtime (GpuProgram, ltMatmul) stores and finds copies
 // by them.
