@@ -146,8 +146,7 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments c
   // The runtime packs a product's A once for consecutive products that read
   // it alike (only products and views between: GpuContext::packedA): the
   // last packed A as (the value whose bytes it is, its shape, transA).
-  std::vector<int32_t> root(static_cast<size_t>(p.values_size()));
-  for (int32_t v = 0; v < p.values_size(); ++v) root[size_t(v)] = v;
+  const std::vector<int32_t> root = viewRoots(p);
   // Values read as bf16 copies made before the program runs: never packed.
   std::vector<bool> isCopy(static_cast<size_t>(p.values_size()), false);
   for (int i = std::max(copied.begin, 0); i < std::min(copied.end, p.arguments_size()); ++i)
@@ -222,8 +221,6 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments c
     } else if (!viewSharesBytes(p, op)) {
       w.memoryBytes = memoryBytes(p, op);
       lastPackedA.clear();
-    } else if (op.outputs_size() > 0 && op.outputs(0) >= 0) {
-      root[size_t(op.outputs(0))] = root[size_t(op.inputs(0))];
     }
     each(op, w);
   }

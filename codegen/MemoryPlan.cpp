@@ -44,19 +44,12 @@ llvm::Expected<std::vector<ValueLife>> computeLifetimes(const Program &p) {
       return err("result " + name(r) + " is never written");
     life[size_t(r)].last = numOps;
   }
+  const std::vector<int32_t> roots = viewRoots(p); // every TEMP read here was written: in the arena
   for (int32_t v = 0; v < numValues; ++v) {
     ValueLife &l = life[size_t(v)];
     if (!l.inArena) continue;
     l.last = std::max(l.last, l.def);
-    l.root = v;
-  }
-  // Ops are in order, so a view's input already has its root.
-  for (const Program::Op &op : p.ops()) {
-    if (!isViewOp(op.type()) || op.inputs_size() < 1 || op.outputs_size() < 1) continue;
-    int32_t in = op.inputs(0), out = op.outputs(0);
-    if (in < 0 || out < 0 || !life[size_t(in)].inArena) continue;
-    if (typeBytes(p.values(in).type()) != typeBytes(p.values(out).type())) continue;
-    life[size_t(out)].root = life[size_t(in)].root;
+    l.root = roots[size_t(v)];
   }
   return life;
 }

@@ -35,4 +35,18 @@ bool isViewOp(llvm::StringRef t) {
   return t == "Reshape" || t == "Squeeze" || t == "Unsqueeze" || t == "Flatten" || t == "Identity";
 }
 
+std::vector<int32_t> viewRoots(const Program &p) {
+  const int32_t n = p.values_size();
+  std::vector<int32_t> root(static_cast<size_t>(n));
+  for (int32_t v = 0; v < n; ++v) root[size_t(v)] = v;
+  for (const Program::Op &op : p.ops()) {
+    if (!isViewOp(op.type()) || op.inputs_size() < 1 || op.outputs_size() < 1) continue;
+    const int32_t in = op.inputs(0), out = op.outputs(0);
+    if (in < 0 || in >= n || out < 0 || out >= n || p.values(in).kind() != Program::Value::TEMP) continue;
+    if (typeBytes(p.values(in).type()) != typeBytes(p.values(out).type())) continue;
+    root[size_t(out)] = root[size_t(in)];
+  }
+  return root;
+}
+
 } // namespace megac::plan

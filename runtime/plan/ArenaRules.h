@@ -22,6 +22,8 @@
 // - Buffers are 256-byte aligned and their sizes rounded up to 256.
 #include "runtime/plan/PlanIO.h"
 
+#include <vector>
+
 namespace megac::plan {
 
 inline constexpr int64_t kAlignment = 256;
@@ -43,6 +45,10 @@ bool readsBytes(const Program::Op &op, int index);
 
 // Reshape, Squeeze, Unsqueeze, Flatten, Identity: the output may share input 0's bytes.
 bool isViewOp(llvm::StringRef opType);
+// Per value, the value whose bytes it shares by the view rule above: itself,
+// or, for a view's output whose input is a TEMP of as many bytes, the
+// input's root (ops are in order, so an input's root is final by its view).
+std::vector<int32_t> viewRoots(const Program &p);
 
 inline bool lifetimesOverlap(int64_t f1, int64_t l1, int64_t f2, int64_t l2) { return f1 <= l2 && f2 <= l1; }
 inline bool bytesOverlap(int64_t o1, int64_t b1, int64_t o2, int64_t b2) { return o1 < o2 + b2 && o2 < o1 + b1; }

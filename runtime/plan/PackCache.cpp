@@ -15,12 +15,7 @@ static bool isProduct(const std::string &type) { return type == "MatMul" || type
 PackCacheUse packCacheUse(const Program &p) {
   const int n = p.values_size();
   auto valid = [&](int32_t id) { return id >= 0 && id < n; };
-  std::vector<int32_t> root(static_cast<size_t>(n));
-  for (int32_t v = 0; v < n; ++v) root[size_t(v)] = v;
-  for (const Program::Op &op : p.ops())
-    if (isViewOp(op.type()) && op.inputs_size() > 0 && op.outputs_size() > 0 && valid(op.inputs(0)) &&
-        valid(op.outputs(0)) && p.values(op.inputs(0)).kind() == Program::Value::TEMP)
-      root[size_t(op.outputs(0))] = root[size_t(op.inputs(0))];
+  const std::vector<int32_t> root = viewRoots(p);
   // An operand: its value's root and its shape.
   using Key = std::pair<int32_t, std::string>;
   auto keyOf = [&](int32_t id) { return Key{root[size_t(id)], p.values(id).type().SerializeAsString()}; };
