@@ -157,7 +157,7 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments c
   // The pack cache (runtime/plan/PackCache.h): the copies products stored
   // there, one after another while the region has room.
   const PackCacheUse cacheUse = bf16Operands && copied.packCacheBytes > 0 ? packCacheUse(p) : PackCacheUse{};
-  std::set<std::string> cached;
+  std::set<int32_t> cached; // operands (PackCacheUse::operand)
   int64_t cacheTop = 0;
   std::string lastPackedA;
   for (int at = 0; at < p.ops_size(); ++at) {
@@ -186,21 +186,19 @@ llvm::Error forEachOpWork(const Program &p, bool bf16Operands, CopiedArguments c
       std::string aKey =
           std::to_string(root[size_t(op.inputs(0))]) + ":" + a->type().SerializeAsString() + (transA ? ":t" : "");
       if (bf16Operands && b) {
-        // Copies are found before they are made (a product reading one
-        // operand twice packs it once), as the runtime does.
         std::array<int64_t, 2> elems{aKey == lastPackedA ? 0 : packedElems(op.inputs(0), a),
                                      packedElems(op.inputs(1), b)};
-        std::array<std::string, 2> keys;
-        for (int i = 0; i < 2; ++i) {
-          keys[size_t(i)] = std::to_string(root[size_t(op.inputs(i))]) + ":" +
-                            (i == 0 ? a : b)->type().SerializeAsString();
-          if (elems[size_t(i)] > 0 && cached.count(keys[size_t(i)])) elems[size_t(i)] = 0;
-        }
-        for (int i = 0; i < 2; ++i) {
-          const int64_t bytes = alignUp(2 * numel((i == 0 ? a : b)->type()));
-          if (size_t(at) < cacheUse.stores.size() && cacheUse.stores[size_t(at)][size_t(i)] && elems[size_t(i)] > 0 &&
-              bytes <= copied.packCacheBytes - cacheTop) {
-            cached.insert(keys[size_t(i)]);
+        // Copies are found before they are made (a product reading one
+        // operand twice packs it once), as the runtime does.
+        if (size_t(at) < cacheUse.operand.size()) {
+          const std::array<int32_t, 2> &operand = cacheUse.operand[size_t(at)];
+          for (size_t i = 0; i < 2; ++i)
+            if (elems[i] > 0 && cached.count(operand[i])) elems[i] = 0;
+          for (size_t i = 0; i < 2; ++i) {
+            if (!cacheUse.stores[size_t(at)][i] || elems[i] == 0) continue;
+            const int64_t bytes = cacheUse.operandBytes[size_t(operand[i])];
+            if (bytes > copied.packCacheBytes - cacheTop) continue;
+            cached.insert(operand[i]);
             cacheTop += bytes;
           }
         }

@@ -30,9 +30,14 @@
 namespace megac::plan {
 
 struct PackCacheUse {
-  // Per op: whether it stores the bf16 copy of its input 0 / input 1.
+  // Per op: the operands its inputs 0 and 1 are (indices into operandBytes;
+  // -1 where the op is no product or the input is absent), and whether it
+  // stores the bf16 copy of each.
+  std::vector<std::array<int32_t, 2>> operand;
   std::vector<std::array<bool, 2>> stores;
-  // The region that holds every copy the program stores (each 256-aligned).
+  // Per operand: the bytes of its bf16 copy (256-aligned).
+  std::vector<int64_t> operandBytes;
+  // The region that holds every copy the program stores.
   int64_t bytes = 0;
 };
 PackCacheUse packCacheUse(const Program &p);
