@@ -17,9 +17,10 @@ static llvm::Error err(const llvm::Twine &m) {
 
 static int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 
-static std::atomic<uint64_t> writtenInPlace{0}, addedInPlace{0};
+static std::atomic<uint64_t> writtenInPlace{0}, addedInPlace{0}, argumentViewsRead{0};
 uint64_t resultsWrittenInPlace() { return writtenInPlace.load(); }
 uint64_t resultsAddedInPlace() { return addedInPlace.load(); }
+uint64_t argumentViewsReadInPlace() { return argumentViewsRead.load(); }
 
 llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std::string &what, GpuContext &gpu) {
   GpuProgram g;
@@ -84,6 +85,7 @@ llvm::Expected<GpuProgram> GpuProgram::prepare(const plan::Program &p, const std
     g.results_.push_back(r);
   }
   g.findBindableResults();
+  g.findArgumentViews();
   const plan::PackCacheUse cacheUse = plan::packCacheUse(p);
   g.packCache_.assign(g.ops_.size(), {0, 0});
   for (size_t k = 0; k < g.ops_.size(); ++k)
@@ -155,6 +157,18 @@ void GpuProgram::findBindableResults() {
   }
 }
 
+void GpuProgram::findArgumentViews() {
+  std::vector<bool> fromArgument(values_.size(), false);
+  for (int32_t a : arguments_) fromArgument[size_t(a)] = true;
+  for (const Op &op : ops_) {
+    if (!plan::isViewOp(op.type) || op.inputs.empty() || op.outputs.size() != 1) continue;
+    const int32_t in = op.inputs[0], out = op.outputs[0];
+    if (in < 0 || out < 0 || !fromArgument[size_t(in)] || hostConstants_[size_t(out)].defined()) continue;
+    argumentViews_.push_back({in, out});
+    fromArgument[size_t(out)] = true;
+  }
+}
+
 int64_t GpuProgram::constantBytes() const {
   int64_t total = 0;
   for (const Tensor &t : hostConstants_)
@@ -197,7 +211,7 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
   for (size_t i = 0; i < args.size(); ++i) env[size_t(arguments_[i])].data = args[i];
   // Results written (or added) in place: their values take the caller's
   // memory, where it lies apart from every argument and other result.
-  std::vector<bool> bound(results_.size(), false);
+  std::vector<bool> bound(results_.size(), false), boundValue(env.size(), false);
   std::vector<uint8_t> opBinding(ops_.size(), 0); // 1: output 0 is a result, 2: and adds to it
   auto apart = [&](size_t i) {
     const auto p = reinterpret_cast<uintptr_t>(results[i]);
@@ -216,10 +230,22 @@ llvm::Error GpuProgram::run(GpuContext &ctx, void *arena, void *workspace, const
     const BindableResult &b = bindable_[i];
     const bool adds = i >= addFrom;
     if (b.writer < 0 || (adds && !b.addsInPlace) || !results[i] || !apart(i)) continue;
-    for (int32_t v : b.values) env[size_t(v)].data = results[i];
+    for (int32_t v : b.values) env[size_t(v)].data = results[i], boundValue[size_t(v)] = true;
     bound[i] = true;
     ++(adds ? addedInPlace : writtenInPlace);
     if (b.writerOutput0) opBinding[size_t(b.writer)] = adds ? 2 : 1;
+  }
+  // Views of arguments read the caller's bytes, which the arena's view rule
+  // cannot give them (they are not the arena's), so that their kernels copy
+  // nothing; not a view that is a result written in place, nor one of a view
+  // that is.
+  std::vector<bool> inCaller(env.size(), false);
+  for (int32_t a : arguments_) inCaller[size_t(a)] = env[size_t(a)].data != nullptr;
+  for (const ArgumentView &v : argumentViews_) {
+    if (!inCaller[size_t(v.in)] || boundValue[size_t(v.out)]) continue;
+    env[size_t(v.out)].data = env[size_t(v.in)].data;
+    inCaller[size_t(v.out)] = true;
+    ++argumentViewsRead;
   }
   ++ctx.programRun; // env's tensors identify this run's values to the kernels (the attention stash)
   // Products may share the bf16 copy of an operand (GpuContext::packedA)

@@ -4,11 +4,10 @@
 // each tensor read. The step directory holds a fixed params.f32 of 16 floats
 // beside the fuzzed meta, so the sizes the meta claims meet a real file.
 #include "FuzzUtil.h"
+#include "ReadEveryTensor.h"
 #include "runtime/train/Checkpoint.h"
 #include "runtime/train/CheckpointWeights.h"
-#include "runtime/weights/WeightFiles.h"
 
-#include <vector>
 #include "ProtoMutator.h"
 #include "plan.pb.h"
 
@@ -28,16 +27,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   }
   auto weights = runtime::readCheckpointWeights(dir);
   fuzz::discard(weights);
-  auto source = runtime::openWeightSource(dir);
-  if (!source) {
-    fuzz::discard(source);
-    return 0;
-  }
-  for (int32_t i = 0; i < int32_t((*source)->tensors.size()); ++i) {
-    std::vector<float> dst(size_t((*source)->tensors[size_t(i)].numel));
-    runtime::WeightReadStats stats;
-    fuzz::discard((*source)->read({{i, dst.data()}}, stats));
-  }
+  fuzz::readEveryTensor(dir);
   return 0;
 }
 

@@ -26,20 +26,6 @@ GpuTestContext::~GpuTestContext() {
   cudaStreamDestroy(ctx_.stream);
 }
 
-bool haveGpu(std::string *why) {
-  int n = 0;
-  cudaError_t e = cudaGetDeviceCount(&n);
-  if (e != cudaSuccess) {
-    *why = std::string("no usable CUDA device: ") + cudaGetErrorString(e);
-    return false;
-  }
-  if (n == 0) {
-    *why = "no CUDA device";
-    return false;
-  }
-  return true;
-}
-
 static std::string errText(llvm::Error e) { return e ? llvm::toString(std::move(e)) : ""; }
 
 OpResult runOnBoth(const OpCase &c, GpuTestContext &gpu) {

@@ -64,9 +64,6 @@ struct GpuOnlyResult {
 // Runs only the CUDA kernel of the case (outputs poisoned with 0xff first).
 GpuOnlyResult runGpuOnly(const OpCase &c, GpuTestContext &gpu);
 
-// True where a CUDA device is usable; `why` says why not.
-bool haveGpu(std::string *why);
-
 // While alive, the CPU kernels' products round their operands to bf16 as the
 // GPU's bf16 mode packs them (fp32 accumulation on both sides), so a bf16
 // GPU kernel can be held to fp32 summation-order tolerances.

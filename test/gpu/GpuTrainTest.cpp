@@ -19,23 +19,12 @@
 #include <algorithm>
 #include <cmath>
 #include <climits>
-#include <cstring>
 #include <string>
 
 using namespace megac;
 using namespace megac::testing;
 
 namespace {
-
-// Two runs' losses and AdamW state (weights, m, v), bit for bit.
-void expectSameRuns(const std::vector<double> losses[2], const runtime::HostState state[2]) {
-  ASSERT_EQ(losses[1].size(), losses[0].size());
-  for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_EQ(losses[1][i], losses[0][i]) << "loss " << i;
-  EXPECT_EQ(std::memcmp(state[1].params.data(), state[0].params.data(), state[0].params.size() * 4), 0) << "weights";
-  EXPECT_EQ(std::memcmp(state[1].m.data(), state[0].m.data(), state[0].m.size() * 4), 0) << "AdamW m";
-  EXPECT_EQ(std::memcmp(state[1].v.data(), state[0].v.data(), state[0].v.size() * 4), 0) << "AdamW v";
-}
-
 
 struct ModeCase {
   const char *fixture;
@@ -323,8 +312,7 @@ TEST(GpuTrainFusedAttention, StashedOperandsGiveTheKeptOperandsGradientsBitForBi
 TEST(GpuWeightCopies, TrainAsThePlanWithoutThemBitForBit) {
   for (int gpuAdamw = 0; gpuAdamw < 2; ++gpuAdamw) {
     SCOPED_TRACE(gpuAdamw ? "1 unit's AdamW on the GPU, a pass of 2 micro-batches" : "every unit's AdamW on the host");
-    std::vector<double> losses[2];
-    runtime::HostState state[2];
+    TrainRun runs[2];
     uint64_t reads[2] = {0, 0};
     for (int copies = 0; copies < 2; ++copies) {
       codegen::CodegenOptions co;
@@ -336,21 +324,13 @@ TEST(GpuWeightCopies, TrainAsThePlanWithoutThemBitForBit) {
       co.optimizer.set_grad_accum(gpuAdamw ? 2 : 1);
       plan::Plan p = compileFixtureWith("llama", 16, co);
       ASSERT_EQ(p.schedule().weight_copy_bytes() > 0, copies == 1);
-      const auto mbs = fixtureMicroBatches("llama", p.ignore_index(), gpuAdamw ? 2 : 1);
-      auto gpu = gpuTrainer(p);
-      ASSERT_TRUE(gpu);
       const uint64_t before = cuda::weightCopyReads();
-      for (int s = 0; s < 3; ++s) {
-        auto st = gpu->step(mbs, 1e-2f);
-        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-        losses[copies].push_back(st->loss);
-      }
+      runs[copies] = trainRunOn(gpuTrainer(p), "llama", 3, gpuAdamw ? 2 : 1);
       reads[copies] = cuda::weightCopyReads() - before;
-      state[copies] = gpu->currentState();
     }
     EXPECT_EQ(reads[0], 0u);
     EXPECT_GT(reads[1], 0u);
-    expectSameRuns(losses, state);
+    expectSameRun(runs[0], runs[1], "weight copies against none");
   }
 }
 
@@ -369,8 +349,7 @@ TEST(GpuPackCache, TrainsAsThePlanWithoutItBitForBit) {
   for (const Case &c : {Case{"llama", 1, false}, Case{"gpt2", 1, false}, Case{"llama", 2, false}, Case{"llama", 1, true}}) {
     SCOPED_TRACE(std::string(c.model) + ", " + std::to_string(c.microBatches) + " micro-batches a pass" +
                  (c.weightCopies ? ", bf16 weight copies" : ""));
-    std::vector<double> losses[2];
-    runtime::HostState state[2];
+    TrainRun runs[2];
     uint64_t finds[2] = {0, 0}, stores[2] = {0, 0};
     for (int cache = 0; cache < 2; ++cache) {
       codegen::CodegenOptions co;
@@ -383,24 +362,16 @@ TEST(GpuPackCache, TrainsAsThePlanWithoutItBitForBit) {
       co.optimizer.set_grad_accum(c.microBatches);
       plan::Plan p = compileFixtureWith(c.model, 16, co);
       ASSERT_EQ(p.schedule().pack_cache_bytes() > 0, cache == 1);
-      const auto mbs = fixtureMicroBatches(c.model, p.ignore_index(), c.microBatches);
-      auto gpu = gpuTrainer(p);
-      ASSERT_TRUE(gpu);
       const uint64_t found = cuda::packCacheFinds(), stored = cuda::packCacheStores();
-      for (int s = 0; s < 3; ++s) {
-        auto st = gpu->step(mbs, 1e-2f);
-        ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-        losses[cache].push_back(st->loss);
-      }
+      runs[cache] = trainRunOn(gpuTrainer(p), c.model, 3, c.microBatches);
       finds[cache] = cuda::packCacheFinds() - found;
       stores[cache] = cuda::packCacheStores() - stored;
-      state[cache] = gpu->currentState();
     }
     EXPECT_EQ(stores[0], 0u);
     EXPECT_EQ(finds[0], 0u);
     EXPECT_GT(stores[1], 0u);
     EXPECT_GE(finds[1], stores[1]) << "each copy stored is read at least once more";
-    expectSameRuns(losses, state);
+    expectSameRun(runs[0], runs[1], "the pack cache against none");
   }
 }
 
@@ -416,8 +387,7 @@ TEST(GpuBf16WeightStream, TrainsAsTheWeightCopiesPlanBitForBit) {
   for (const char *model : {"llama", "gpt2"})
     for (int gpuAdamw = 0; gpuAdamw < 2; ++gpuAdamw) {
       SCOPED_TRACE(std::string(model) + (gpuAdamw ? ", 1 unit's AdamW on the GPU, a pass of 2 micro-batches" : ""));
-      std::vector<double> losses[2];
-      runtime::HostState state[2];
+      TrainRun runs[2];
       for (int stream = 0; stream < 2; ++stream) {
         codegen::CodegenOptions co;
         co.compute = "bf16";
@@ -431,18 +401,11 @@ TEST(GpuBf16WeightStream, TrainsAsTheWeightCopiesPlanBitForBit) {
         int64_t streamed = 0;
         for (const plan::Parameter &q : p.parameters()) streamed += q.streams_bf16();
         ASSERT_EQ(streamed > 0, stream == 1);
-        const auto mbs = fixtureMicroBatches(model, p.ignore_index(), gpuAdamw ? 2 : 1);
-        auto gpu = gpuTrainer(p);
-        ASSERT_TRUE(gpu);
-        for (int s = 0; s < 3; ++s) {
-          auto st = gpu->step(mbs, 1e-2f);
-          ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-          losses[stream].push_back(st->loss);
-          if (s == 0) gpu->state(); // as a resumed run's loader would
-        }
-        state[stream] = gpu->currentState();
+        runs[stream] = trainRunOn(gpuTrainer(p), model, 3, gpuAdamw ? 2 : 1, [](runtime::Trainer &t, int s) {
+          if (s == 0) t.state(); // as a resumed run's loader would
+        });
       }
-      expectSameRuns(losses, state);
+      expectSameRun(runs[0], runs[1], "bf16 weights streamed against weight copies");
     }
 }
 
@@ -530,8 +493,7 @@ TEST(GpuOverlappingSteps, GiveTheStepsApartNumbersBitForBit) {
   for (const char *model : {"llama", "gpt2"}) {
     SCOPED_TRACE(model);
     Tensor ids = loadRef(model, "input_ids.pb"), targets = loadRef(model, "targets.pb");
-    std::vector<double> losses[2];
-    runtime::HostState state[2];
+    TrainRun runs[2];
     for (int overlap = 0; overlap < 2; ++overlap) {
       plan::Plan p = compileFixturePlan(model, "fp32", codegen::Recompute::All, 16, 0, 0, 0, overlap == 1);
       ASSERT_EQ(p.schedule().overlap_steps(), overlap == 1);
@@ -540,7 +502,7 @@ TEST(GpuOverlappingSteps, GiveTheStepsApartNumbersBitForBit) {
       for (int s = 0; s < 5; ++s) {
         auto st = gpu->step({{ids, targets}}, 1e-2f);
         ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-        losses[overlap].push_back(st->loss);
+        runs[overlap].losses.push_back(st->loss);
       }
       const std::vector<std::pair<double, double>> times = gpu->lastActionTimes();
       ASSERT_EQ(times.size(), size_t(p.schedule().actions_size()));
@@ -552,12 +514,11 @@ TEST(GpuOverlappingSteps, GiveTheStepsApartNumbersBitForBit) {
       EXPECT_GT(gpuEnd, 0.0);
       auto l = gpu->evalLoss(ids, targets);
       ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
-      losses[overlap].push_back(*l);
-      state[overlap] = gpu->currentState();
+      runs[overlap].losses.push_back(*l);
+      runs[overlap].state = gpu->currentState();
     }
-    ASSERT_EQ(losses[0].size(), losses[1].size());
-    expectSameRuns(losses, state);
-    EXPECT_EQ(state[1].step, state[0].step);
+    expectSameRun(runs[0], runs[1], "overlapping steps against steps apart");
+    EXPECT_EQ(runs[1].state.step, runs[0].state.step);
   }
 }
 
@@ -569,7 +530,8 @@ TEST(GpuOverlappingSteps, GiveTheStepsApartNumbersBitForBit) {
 // slot's sum where the 4 passes step them on the host: close. gpt2 (a tied
 // weight's units' sums meet on the host in another order): close. The later
 // micro-batches' weight-gradient products add to the slot's sum themselves
-// (GpuProgram::run binds them there), rounding as the separate sum would.
+// (GpuProgram::run binds them there), rounding as the separate sum would; the
+// views of a program's arguments read the caller's bytes, uncopied.
 TEST(GpuLayerMajor, OnePassGivesThePassesNumbers) {
   struct Variant {
     const char *model;
@@ -579,8 +541,7 @@ TEST(GpuLayerMajor, OnePassGivesThePassesNumbers) {
   for (const Variant &v : {Variant{"llama", 0, 0, true}, Variant{"llama", 1, 1, false}, Variant{"gpt2", 0, 0, false}}) {
     const std::string what = std::string(v.model) + (v.resident ? ", 1 resident unit, 1 AdamW on the GPU" : "");
     SCOPED_TRACE(what);
-    std::vector<double> losses[2];
-    runtime::HostState state[2];
+    TrainRun runs[2];
     plan::Plan plans[2];
     for (int onePass = 0; onePass < 2; ++onePass) {
       plan::Plan p = compileFixturePlan(v.model, "fp32", codegen::Recompute::All, 16, v.resident, 0, v.gpuAdamw, true, 4,
@@ -589,29 +550,32 @@ TEST(GpuLayerMajor, OnePassGivesThePassesNumbers) {
       const auto mbs = fixtureMicroBatches(v.model, p.ignore_index(), 4);
       auto gpu = gpuTrainer(p);
       ASSERT_TRUE(gpu);
-      const uint64_t written = cuda::resultsWrittenInPlace(), added = cuda::resultsAddedInPlace();
+      const uint64_t written = cuda::resultsWrittenInPlace(), added = cuda::resultsAddedInPlace(),
+                     views = cuda::argumentViewsReadInPlace();
       for (int s = 0; s < 3; ++s) {
         auto st = gpu->step(mbs, 1e-2f);
         ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-        losses[onePass].push_back(st->loss);
+        runs[onePass].losses.push_back(st->loss);
       }
       EXPECT_GT(cuda::resultsWrittenInPlace(), written);
+      EXPECT_GT(cuda::argumentViewsReadInPlace(), views); // a layer's views of its input and output gradient
       if (onePass) EXPECT_GT(cuda::resultsAddedInPlace(), added);
       else EXPECT_EQ(cuda::resultsAddedInPlace(), added);
       auto l = gpu->evalLosses({mbs[0], mbs[1]});
       ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
-      losses[onePass].insert(losses[onePass].end(), l->begin(), l->end());
-      state[onePass] = gpu->currentState();
+      runs[onePass].losses.insert(runs[onePass].losses.end(), l->begin(), l->end());
+      runs[onePass].state = gpu->currentState();
       plans[onePass] = p;
     }
-    ASSERT_EQ(losses[0].size(), losses[1].size());
+    ASSERT_EQ(runs[0].losses.size(), runs[1].losses.size());
     if (v.exact) {
-      expectSameRuns(losses, state);
+      expectSameRun(runs[0], runs[1], "one pass against 4");
       continue;
     }
-    for (size_t i = 0; i < losses[0].size(); ++i) EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5) << "loss " << i;
+    for (size_t i = 0; i < runs[0].losses.size(); ++i)
+      EXPECT_NEAR(runs[1].losses[i], runs[0].losses[i], 1e-5) << "loss " << i;
     for (const plan::Parameter &q : plans[0].parameters())
-      EXPECT_LT(paramError(state[1].params, state[0].params, q), 1e-4) << q.name();
+      EXPECT_LT(paramError(runs[1].state.params, runs[0].state.params, q), 1e-4) << q.name();
   }
 }
 
@@ -627,8 +591,7 @@ TEST(GpuCheckpointOffload, GivesThePlanWithoutItsNumbers) {
   };
   for (const Variant &v : {Variant{"llama", 1, 1}, Variant{"llama_small", 1, 1}, Variant{"llama", 2, 2}}) {
     SCOPED_TRACE(std::string(v.model) + ", " + std::to_string(v.accum) + " micro-batches a pass");
-    std::vector<double> losses[2];
-    runtime::HostState state[2];
+    TrainRun runs[2];
     for (int offload = 0; offload < 2; ++offload) {
       plan::Plan p = compileFixturePlan(v.model, "fp32", codegen::Recompute::All, 16, 0, 0, 0, true, v.accum, v.perPass,
                                         offload ? INT_MAX : 0);
@@ -639,14 +602,14 @@ TEST(GpuCheckpointOffload, GivesThePlanWithoutItsNumbers) {
       for (int s = 0; s < 3; ++s) {
         auto st = gpu->step(mbs, 1e-2f);
         ASSERT_TRUE(bool(st)) << llvm::toString(st.takeError());
-        losses[offload].push_back(st->loss);
+        runs[offload].losses.push_back(st->loss);
       }
       auto l = gpu->evalLoss(mbs[0].first, mbs[0].second);
       ASSERT_TRUE(bool(l)) << llvm::toString(l.takeError());
-      losses[offload].push_back(*l);
-      state[offload] = gpu->currentState();
+      runs[offload].losses.push_back(*l);
+      runs[offload].state = gpu->currentState();
     }
-    expectSameRuns(losses, state);
+    expectSameRun(runs[0], runs[1], "checkpoints offloaded against kept");
   }
 }
 

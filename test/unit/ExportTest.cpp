@@ -1,4 +1,5 @@
 // megac export: checkpoint -> ONNX with the trained weights, and safetensors.
+#include "CheckpointOfTensors.h"
 #include "FixtureTestUtil.h"
 
 #include "frontend/OnnxExport.h"
@@ -44,22 +45,7 @@ const onnx::TensorProto *findInit(const onnx::ModelProto &m, const std::string &
 // through the trainer's own checkpoint writer.
 void writeCheckpoint(const std::string &dir, const std::string &modelPath, const std::vector<NamedTensor> &params,
                      int64_t step = 3) {
-  plan::Plan plan;
-  plan.set_model_path(modelPath);
-  runtime::HostState state;
-  int64_t offset = 5; // not zero: offsets must be honored
-  for (const NamedTensor &p : params) {
-    auto *pp = plan.add_parameters();
-    pp->set_name(p.name);
-    for (int64_t d : p.tensor.shape()) pp->mutable_type()->add_shape(d);
-    pp->set_host_offset(offset);
-    pp->set_numel(p.tensor.numel());
-    state.params.resize(size_t(offset + p.tensor.numel() + 7), -99.0f);
-    std::memcpy(state.params.data() + offset, p.tensor.raw(), p.tensor.nbytes());
-    offset += p.tensor.numel() + 7;
-  }
-  state.m.assign(state.params.size(), 0.0f);
-  state.v.assign(state.params.size(), 0.0f);
+  auto [plan, state] = testing::planAndStateOf(params, modelPath, 5, 7, -99.0f); // offset 5: offsets must be honored
   runtime::CheckpointInfo info;
   info.step = step;
   ASSERT_FALSE(bool(runtime::saveCheckpoint(dir, plan, state, info)));

@@ -2,6 +2,8 @@
 // Hugging Face names from a checkpoint's record, config.json's dtype, and
 // whole exports of small checkpoints read back (names, bytes, bf16 rounding,
 // the output directory's rules).
+#include "CheckpointOfTensors.h"
+
 #include "runtime/core/Safetensors.h"
 #include "runtime/core/TensorFile.h"
 #include "runtime/train/Checkpoint.h"
@@ -53,22 +55,7 @@ Tensor patterned(const Shape &shape, float base) {
 // and the parameter -> tensor names as a run with --weights does.
 void writeCheckpoint(const std::string &dir, const std::vector<NamedTensor> &params, const std::string &source,
                      const std::vector<std::pair<std::string, std::string>> &names) {
-  plan::Plan plan;
-  plan.set_model_path("model.onnx");
-  HostState state;
-  int64_t offset = 3;
-  for (const NamedTensor &p : params) {
-    auto *pp = plan.add_parameters();
-    pp->set_name(p.name);
-    for (int64_t d : p.tensor.shape()) pp->mutable_type()->add_shape(d);
-    pp->set_host_offset(offset);
-    pp->set_numel(p.tensor.numel());
-    state.params.resize(size_t(offset + p.tensor.numel() + 5), -7.0f);
-    std::memcpy(state.params.data() + offset, p.tensor.raw(), p.tensor.nbytes());
-    offset += p.tensor.numel() + 5;
-  }
-  state.m.assign(state.params.size(), 0.0f);
-  state.v.assign(state.params.size(), 0.0f);
+  auto [plan, state] = megac::testing::planAndStateOf(params, "model.onnx", 3, 5, -7.0f);
   CheckpointInfo info;
   info.step = 4;
   info.weightsSource = source;
