@@ -6,7 +6,6 @@
 #include "ReadEveryTensor.h"
 #include "runtime/core/Safetensors.h"
 
-
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   using namespace megac;
   std::string path = fuzz::writeScratch("model.safetensors", data, size);
